@@ -1,0 +1,44 @@
+# Two commands matter on a fresh machine:
+#   make demo   runs the demo against a throwaway redis-server
+#   make test   runs every check CI runs
+# Both install what they need (redis-server from Debian's packages) first.
+
+SHELL := /bin/bash
+GO ?= go
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Every Go module in the repository, nested ones too.
+MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
+
+.PHONY: demo test deps fmt-check vet staticcheck gotest bench
+
+demo: deps
+	$(GO) run ./internal/cmd/withredis -- $(GO) run ./examples/quickstart
+
+test: deps fmt-check vet staticcheck gotest
+
+# redis-server (and redis-cli, redis-sentinel for the topology tests) from
+# Debian's packages, only when missing.
+deps:
+	@if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null || ! command -v redis-sentinel >/dev/null; then \
+		echo "installing redis-server, redis-tools and redis-sentinel from Debian's packages"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools redis-sentinel >/dev/null; \
+	fi
+	@redis-server --version
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+
+vet:
+	@set -e; for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...); done
+
+staticcheck:
+	@set -e; for m in $(MODULES); do echo "staticcheck ($$m)"; (cd $$m && $(GO) run $(STATICCHECK) ./...); done
+
+gotest:
+	@set -e; for m in $(MODULES); do echo "go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...); done
+
+bench: deps
+	cd bench && $(GO) run .

@@ -1,0 +1,51 @@
+package dlock_test
+
+import (
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// BenchmarkTryAcquireRelease measures one uncontended acquire and release:
+// two round trips, each one script.
+func BenchmarkTryAcquireRelease(b *testing.B) {
+	srv := redistest.Start(b)
+	c := dlock.New(srv.Client(b))
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			l, err := c.TryAcquire(bg, "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(bg); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		// 16 goroutines on 2 cores: enough to keep the connections busy.
+		b.SetParallelism(8)
+		var id atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			// Each goroutine on its own name: uncontended, as many
+			// independent orders would be.
+			name := "bench-" + strconv.FormatInt(id.Add(1), 10)
+			for pb.Next() {
+				l, err := c.TryAcquire(bg, name)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := l.Release(bg); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}

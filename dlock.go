@@ -1,0 +1,98 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client hands out locks on one Redis deployment. Make one per process and
+// share it: it is safe for concurrent use, and later it owns the background
+// work (renewal, wake-ups) that all its locks share.
+type Client struct {
+	rdb    redis.UniversalClient
+	cfg    config
+	closed atomic.Bool
+}
+
+// The clients New accepts: standalone, Cluster and Sentinel (failover).
+var (
+	_ redis.UniversalClient = (*redis.Client)(nil)
+	_ redis.UniversalClient = (*redis.ClusterClient)(nil)
+)
+
+// New returns a Client that keeps its locks in rdb. rdb may be a
+// *redis.Client, a *redis.ClusterClient or a failover client from
+// redis.NewFailoverClient; dlock never closes it.
+//
+// go-redis ignores context deadlines on reads unless the client was made with
+// ContextTimeoutEnabled: set it, so that a call on a blackholed connection
+// returns by the caller's deadline rather than after ReadTimeout.
+//
+// An invalid option does not panic: every call on the Client returns its error.
+func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	return &Client{rdb: rdb, cfg: cfg}
+}
+
+// keys of one lock. All share the hash tag {name}, so they live in one
+// Cluster slot and one script can touch them all.
+type keys struct {
+	lock    string // hash: token, fence, owner, since, ttl
+	fence   string // counter of fencing tokens, never expires
+	last    string // token of the last release, for re-sent releases
+	channel string // pub/sub channel told of every release
+}
+
+func (c *Client) keys(name string) keys {
+	base := c.cfg.prefix + "{" + name + "}"
+	return keys{lock: base, fence: base + ":fence", last: base + ":last", channel: base + ":rel"}
+}
+
+// newToken returns 128 random bits, hex encoded. crypto/rand does not fail
+// on supported platforms (it crashes the program rather than return weak
+// bytes), so there is no error to handle.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ms converts a duration to whole milliseconds for PX/PEXPIRE.
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// redisError maps an error from Redis to dlock's sentinels where one fits.
+func redisError(err error) error {
+	if err != nil && strings.Contains(err.Error(), "WRONGTYPE") {
+		return &wrongTypeError{err: err}
+	}
+	return err
+}
+
+type wrongTypeError struct{ err error }
+
+func (e *wrongTypeError) Error() string {
+	return ErrWrongType.Error() + " (" + e.err.Error() + ")"
+}
+func (e *wrongTypeError) Is(target error) bool { return target == ErrWrongType }
+func (e *wrongTypeError) Unwrap() error        { return e.err }
+
+// checkUsable reports why no call may run now: an invalid option, a closed
+// client, or a context that has already ended.
+func (c *Client) checkUsable(ctx context.Context) error {
+	if c.cfg.err != nil {
+		return c.cfg.err
+	}
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,51 @@
+// Package dlock is a distributed lock for Go services that run as many
+// instances, kept in Redis.
+//
+// # Model
+//
+// A Client (one per process, made by New) hands out Locks. A Lock is one
+// acquisition of a name: it carries a random token that identifies this
+// acquisition, a fencing token (Fence) that grows with every acquisition of
+// the name, and a lease (TTL) after which Redis forgets it if the holder
+// stops renewing it.
+//
+//	locker := dlock.New(rdb)
+//	lock, err := locker.TryAcquire(ctx, "order:42", dlock.WithTTL(10*time.Second))
+//	if errors.Is(err, dlock.ErrNotObtained) { /* busy: retry later */ }
+//	defer lock.Release(ctx)
+//
+// # Guarantees
+//
+//   - One holder per name at a time while Redis keeps the key, on one Redis
+//     primary. Acquiring is one atomic script: the key, its TTL and the fence
+//     are written together, never SETNX then EXPIRE.
+//   - Every lease is in milliseconds (PX, PEXPIRE) and bounded: WithTTL
+//     refuses zero, negative and out-of-bounds values before anything is
+//     sent, so a unit mistake is an error, not a lock held for years.
+//   - Release, Refresh and TTL check the token and act in one script: a
+//     holder whose lease ran out gets ErrNotHeld and cannot free or extend
+//     the next holder's lock.
+//   - A command that go-redis sends again after a lost reply does no harm:
+//     an acquire that finds its own token succeeds (no stranded lock), a
+//     release that finds its own tombstone succeeds (no false ErrNotHeld).
+//   - Fences never go backwards, also after the key expired or Redis
+//     restarted empty: a missing counter is seeded from the server's clock in
+//     microseconds.
+//
+// # Limits
+//
+// A lock is a lease, not a guarantee. A holder paused longer than its lease
+// (GC, SIGSTOP, a VM freeze), a clock jump on the Redis host, or a failover
+// that loses an acknowledged write can let two holders overlap. Pass Fence to
+// the protected resource and have it refuse smaller fences than it has seen;
+// keep critical writes idempotent (unique constraints, request ids).
+//
+// # Data in Redis
+//
+// With the default prefix, the lock "order:42" is the hash dlock:{order:42}
+// with the fields token, fence, owner, since (server time in ms) and ttl
+// (ms); its fence counter is dlock:{order:42}:fence (no expiry), the token of
+// its last release dlock:{order:42}:last (kept 30 s), and releases are
+// announced on the channel dlock:{order:42}:rel. The braces are a hash tag:
+// all keys of one lock share a Cluster slot.
+package dlock

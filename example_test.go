@@ -1,0 +1,76 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+)
+
+// The quickstart: one Client per process, one TryAcquire per critical
+// section, and a deferred Release that works even after ctx is cancelled.
+func Example() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locker := dlock.New(rdb)
+
+	lock, err := locker.TryAcquire(ctx, "order:42", dlock.WithTTL(10*time.Second))
+	if errors.Is(err, dlock.ErrNotObtained) {
+		fmt.Println("someone else is processing order 42")
+		return
+	}
+	if err != nil {
+		fmt.Println("redis trouble:", err)
+		return
+	}
+	defer lock.Release(ctx)
+
+	// Pass the fence to the protected resource so it can refuse a writer
+	// whose lease ran out.
+	fmt.Println("processing", lock.Name(), "with a fence:", lock.Fence() > 0)
+	// Output: processing order:42 with a fence: true
+}
+
+// A second acquirer is refused and told how long the holder's lease runs.
+func ExampleNotObtainedError() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.New(rdb)
+
+	first, _ := locker.TryAcquire(ctx, "report:daily", dlock.WithTTL(time.Minute))
+	defer first.Release(ctx)
+
+	_, err := locker.TryAcquire(ctx, "report:daily")
+	var busy *dlock.NotObtainedError
+	if errors.As(err, &busy) {
+		fmt.Println("busy:", busy.Name, "retry after less than a minute:", busy.HolderTTL <= time.Minute)
+	}
+	// Output: busy: report:daily retry after less than a minute: true
+}
+
+// Release and Refresh act only while the lock is still ours: after the lease
+// ran out and another holder took the lock, the old holder gets ErrNotHeld
+// and the new holder keeps its lock.
+func ExampleLock_Release() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.New(rdb)
+
+	lock, _ := locker.TryAcquire(ctx, "job:cleanup", dlock.WithTTL(50*time.Millisecond))
+	time.Sleep(100 * time.Millisecond) // the holder stalls past its lease
+	next, _ := locker.TryAcquire(ctx, "job:cleanup")
+
+	err := lock.Release(ctx)
+	fmt.Println("stale release:", errors.Is(err, dlock.ErrNotHeld))
+	fmt.Println("new holder's release:", next.Release(ctx))
+	// Output:
+	// stale release: true
+	// new holder's release: <nil>
+}

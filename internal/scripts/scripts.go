@@ -1,0 +1,34 @@
+// Package scripts holds dlock's Lua scripts. Each is a .lua file embedded at
+// build time and wrapped once in a redis.Script, which runs it by SHA
+// (EVALSHA) and falls back to sending the source when the server answers
+// NOSCRIPT, for example after SCRIPT FLUSH or a restart.
+//
+// Every script touches only keys that share one hash tag, so it runs on a
+// single Cluster slot.
+package scripts
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed refresh.lua
+	refreshSrc string
+	//go:embed pttl.lua
+	pttlSrc string
+)
+
+// The scripts. Their contracts (keys, arguments, replies) are at the top of
+// each .lua file.
+var (
+	Acquire = redis.NewScript(acquireSrc)
+	Release = redis.NewScript(releaseSrc)
+	Refresh = redis.NewScript(refreshSrc)
+	PTTL    = redis.NewScript(pttlSrc)
+)

@@ -1,0 +1,157 @@
+package dlock
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Defaults and limits. Each can be changed per Client with an Option.
+const (
+	// DefaultPrefix starts every key dlock writes.
+	DefaultPrefix = "dlock:"
+	// DefaultTTL is the lease of an acquisition without WithTTL.
+	DefaultTTL = 10 * time.Second
+	// DefaultMinTTL and DefaultMaxTTL bound every TTL. They catch unit
+	// mistakes (10 meant as seconds but read as nanoseconds, or hours meant
+	// as milliseconds) before anything reaches Redis, which would accept both.
+	DefaultMinTTL = 10 * time.Millisecond
+	DefaultMaxTTL = 24 * time.Hour
+	// MaxNameLength is the longest lock name, in bytes.
+	MaxNameLength = 512
+	// DefaultReleaseTimeout bounds a release. Release runs on a context of
+	// its own, because the caller's is often already cancelled when the
+	// deferred release runs, and the lock must still be let go.
+	DefaultReleaseTimeout = 5 * time.Second
+)
+
+// An Option configures a Client. Options are applied in order by New.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	prefix         string
+	defaultTTL     time.Duration
+	minTTL, maxTTL time.Duration
+	owner          string
+	releaseTimeout time.Duration
+	err            error // first invalid option, reported by every call
+}
+
+func defaultConfig() config {
+	host, _ := os.Hostname()
+	return config{
+		prefix:         DefaultPrefix,
+		defaultTTL:     DefaultTTL,
+		minTTL:         DefaultMinTTL,
+		maxTTL:         DefaultMaxTTL,
+		owner:          host + "/" + strconv.Itoa(os.Getpid()),
+		releaseTimeout: DefaultReleaseTimeout,
+	}
+}
+
+func (c *config) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// WithPrefix sets the prefix of every key and channel (default "dlock:").
+// Clients that should see each other's locks must use the same prefix. A
+// prefix must not contain '{' or '}', which would change the keys' hash tag.
+func WithPrefix(p string) Option {
+	return optionFunc(func(c *config) {
+		for _, r := range p {
+			if r == '{' || r == '}' {
+				c.fail(fmt.Errorf("dlock: prefix %q must not contain '{' or '}'", p))
+				return
+			}
+		}
+		c.prefix = p
+	})
+}
+
+// WithDefaultTTL sets the lease used when an acquisition has no WithTTL
+// (default DefaultTTL, 10s).
+func WithDefaultTTL(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.defaultTTL = d })
+}
+
+// WithTTLBounds sets the smallest and largest TTL the client accepts
+// (defaults DefaultMinTTL 10ms and DefaultMaxTTL 24h). A TTL outside them is
+// refused with ErrInvalidTTL before anything is sent.
+func WithTTLBounds(lo, hi time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if lo < time.Millisecond || hi < lo {
+			c.fail(fmt.Errorf("%w: bounds [%v, %v] need 1ms <= min <= max", ErrInvalidTTL, lo, hi))
+			return
+		}
+		c.minTTL, c.maxTTL = lo, hi
+	})
+}
+
+// WithOwner sets the free text stored with every lock as its owner, shown by
+// the CLI and the admin view (default "hostname/pid").
+func WithOwner(owner string) Option {
+	return optionFunc(func(c *config) { c.owner = owner })
+}
+
+// WithReleaseTimeout bounds each release (default DefaultReleaseTimeout).
+func WithReleaseTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d <= 0 {
+			c.fail(fmt.Errorf("dlock: release timeout %v must be positive", d))
+			return
+		}
+		c.releaseTimeout = d
+	})
+}
+
+// An AcquireOption configures one acquisition.
+type AcquireOption interface{ applyAcquire(*acquireConfig) }
+
+type acquireOptionFunc func(*acquireConfig)
+
+func (f acquireOptionFunc) applyAcquire(c *acquireConfig) { f(c) }
+
+type acquireConfig struct {
+	ttl time.Duration
+}
+
+// WithTTL sets the lock's lease: how long Redis keeps the lock if the holder
+// stops renewing it, for example because it crashed. Without it the client's
+// default applies (DefaultTTL unless WithDefaultTTL changed it). It must lie
+// within the client's bounds (WithTTLBounds); it is rounded down to whole
+// milliseconds.
+func WithTTL(d time.Duration) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.ttl = d })
+}
+
+// checkTTL enforces the client's TTL bounds.
+func (c *config) checkTTL(d time.Duration) error {
+	switch {
+	case d <= 0:
+		return fmt.Errorf("%w: %v is not positive", ErrInvalidTTL, d)
+	case d < c.minTTL:
+		return fmt.Errorf("%w: %v is below the minimum %v", ErrInvalidTTL, d, c.minTTL)
+	case d > c.maxTTL:
+		return fmt.Errorf("%w: %v is above the maximum %v", ErrInvalidTTL, d, c.maxTTL)
+	}
+	return nil
+}
+
+// checkName refuses names Redis would take but no user means: the empty
+// name, and names longer than MaxNameLength.
+func checkName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty", ErrInvalidName)
+	case len(name) > MaxNameLength:
+		return fmt.Errorf("%w: %d bytes, above the maximum %d", ErrInvalidName, len(name), MaxNameLength)
+	}
+	return nil
+}
