@@ -3,6 +3,9 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -15,51 +18,226 @@ import (
 // The attempt is one round trip: one script checks, writes the lock hash with
 // its TTL and hands out the next fencing token atomically.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
-	ac, err := c.acquireConfig(name, opts)
-	if err != nil {
-		return nil, opError("acquire", name, err)
-	}
-	if err := c.checkUsable(ctx); err != nil {
-		return nil, opError("acquire", name, err)
-	}
-	l, err := c.attempt(ctx, name, ac)
+	ac, err := c.prepare(ctx, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	return l, nil
+	l, _, err := c.attempt(ctx, name, ac, newToken(), false)
+	return l, err
 }
 
-// acquireConfig validates the name and options before anything is sent.
-func (c *Client) acquireConfig(name string, opts []AcquireOption) (acquireConfig, error) {
-	ac := acquireConfig{ttl: c.cfg.defaultTTL}
+// Acquire takes the lock name, waiting while another holder has it: until
+// the lock is handed over, the wait limit (WithWait, default DefaultWait)
+// passes, or ctx ends. Giving up returns an error matching ErrNotObtained;
+// when ctx ended the wait it also matches ctx's error, so callers can tell
+// "busy" from "cancelled".
+//
+// Waiting does not poll. Waiters line up in a queue in Redis, one entry per
+// Client and name, and the holder's release hands the lock straight to the
+// first live entry and tells it with one message: a release costs Redis the
+// same whatever the number of waiters. Inside a process, goroutines waiting
+// for the same name line up locally in FIFO order and only the first talks
+// to Redis. A waiter also wakes when the holder's lease would run out (a
+// crashed holder releases nothing) and renews its place in line on a
+// jittered timer; a waiter that stops renewing (it crashed) is skipped.
+func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
+	ac, err := c.prepare(ctx, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if ac.wait == 0 {
+		l, _, err := c.attempt(ctx, name, ac, newToken(), false)
+		return l, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, ac.wait)
+	defer cancel()
+
+	q, w := c.joinLocal(name)
+	defer c.leaveLocal(name, q, w)
+	select {
+	case <-w.turn:
+	case <-wctx.Done():
+		return nil, c.gaveUp(ctx, name, q.holderTTL())
+	}
+	return c.waitInLine(ctx, wctx, name, ac, q)
+}
+
+// prepare validates the name and options before anything is sent.
+func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption) (acquireConfig, error) {
+	ac := acquireConfig{ttl: c.cfg.defaultTTL, wait: DefaultWait}
 	for _, o := range opts {
 		o.applyAcquire(&ac)
 	}
-	if err := checkName(name); err != nil {
-		return ac, err
+	err := checkName(name)
+	if err == nil {
+		err = c.cfg.checkTTL(ac.ttl)
 	}
-	if err := c.cfg.checkTTL(ac.ttl); err != nil {
-		return ac, err
+	if err == nil && ac.wait < 0 {
+		err = fmt.Errorf("dlock: wait %v is negative", ac.wait)
+	}
+	if err == nil {
+		err = c.checkUsable(ctx)
+	}
+	if err != nil {
+		return ac, opError("acquire", name, err)
 	}
 	ac.ttl = ac.ttl.Truncate(time.Millisecond)
 	return ac, nil
 }
 
-// attempt runs the acquire script once. The reply is {1, fence} when the lock
-// is ours, {0, pttl} when someone else holds it.
-func (c *Client) attempt(ctx context.Context, name string, ac acquireConfig) (*Lock, error) {
+// attempt runs the acquire script once with token. With queue set, a busy
+// lock puts (or keeps) this client in the waiter queue. It returns the lock,
+// or the holder's remaining lease.
+func (c *Client) attempt(ctx context.Context, name string, ac acquireConfig, token string, queue bool) (*Lock, time.Duration, error) {
 	k := c.keys(name)
-	token := newToken()
+	waiter := ""
+	if queue {
+		waiter = c.id
+	}
 	sent := time.Now()
-	res, err := scripts.Acquire.Run(ctx, c.rdb, []string{k.lock, k.fence}, token, ms(ac.ttl), c.cfg.owner).Int64Slice()
+	res, err := scripts.Acquire.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qdata},
+		token, ms(ac.ttl), c.cfg.owner, waiter, ms(waiterAlive(ac.ttl))).Int64Slice()
+	if err != nil {
+		return nil, 0, opError("acquire", name, redisError(err))
+	}
+	if len(res) != 2 {
+		return nil, 0, opError("acquire", name, fmt.Errorf("unexpected reply %v", res))
+	}
+	if res[0] == 0 {
+		holder := time.Duration(res[1]) * time.Millisecond
+		return nil, holder, &NotObtainedError{Name: name, HolderTTL: holder}
+	}
+	return c.newLock(name, k, token, res[1], ac.ttl, sent), 0, nil
+}
+
+// waiterRenew is how often a waiter renews its entry in the Redis queue, and
+// waiterAlive how long the entry counts as alive without renewal. Renewing
+// at most every TTL/4 keeps a handed-over lease well known: the hand-off
+// happened after the last renewal that found us still waiting.
+func waiterRenew(ttl time.Duration) time.Duration {
+	return min(max(ttl/4, 10*time.Millisecond), time.Second)
+}
+
+func waiterAlive(ttl time.Duration) time.Duration { return 3 * waiterRenew(ttl) }
+
+// waitInLine is the wait of the first local waiter of a name: the one that
+// talks to Redis for this process.
+func (c *Client) waitInLine(ctx, wctx context.Context, name string, ac acquireConfig, q *localQueue) (*Lock, error) {
+	k := c.keys(name)
+	sub, err := c.notify.subscribe(wctx, k.handoff+c.id)
 	if err != nil {
 		return nil, opError("acquire", name, redisError(err))
 	}
-	if len(res) != 2 {
-		return nil, opError("acquire", name, fmt.Errorf("unexpected reply %v", res))
+	defer c.notify.unsubscribe(sub)
+
+	token := newToken()
+	if !c.notify.confirmed(sub) {
+		// While the SUBSCRIBE is on its way, try once without queueing: a
+		// hand-off published before Redis confirmed it would be missed.
+		l, holder, err := c.attempt(wctx, name, ac, token, false)
+		if l != nil || !isBusy(err) {
+			return l, c.waitError(ctx, wctx, name, holder, err)
+		}
+		q.setHolderTTL(holder)
+		select {
+		case <-sub.ready:
+		case <-wctx.Done():
+			return nil, c.gaveUp(ctx, name, holder)
+		}
 	}
-	if res[0] == 0 {
-		return nil, &NotObtainedError{Name: name, HolderTTL: time.Duration(res[1]) * time.Millisecond}
+
+	// The entry was alive and not yet served when Redis ran our last
+	// attempt, so a hand-off's lease started after lastSeen.
+	var lastSeen time.Time
+	for {
+		sent := time.Now()
+		l, holder, err := c.attempt(wctx, name, ac, token, true)
+		if l != nil || !isBusy(err) {
+			return l, c.waitError(ctx, wctx, name, holder, err)
+		}
+		lastSeen = sent
+		q.setHolderTTL(holder)
+		timer := time.NewTimer(wakeAfter(holder, ac.ttl))
+		for waiting := true; waiting; {
+			select {
+			case msg := <-sub.msgs:
+				fence, ok := handedTo(msg, token)
+				if !ok {
+					continue // for an earlier waiter of this process
+				}
+				timer.Stop()
+				return c.handedOver(ctx, name, k, token, fence, ac.ttl, lastSeen)
+			case <-timer.C:
+				waiting = false
+			case <-wctx.Done():
+				timer.Stop()
+				c.withdraw(ctx, k, token)
+				return nil, c.gaveUp(ctx, name, holder)
+			}
+		}
 	}
-	return c.newLock(name, k, token, res[1], ac.ttl, sent), nil
+}
+
+// wakeAfter is when a waiter checks again without a message: when the
+// holder's lease would run out (a crashed holder publishes nothing), and no
+// later than its renewal time, with jitter so waiters of many processes do
+// not arrive together.
+func wakeAfter(holder, ttl time.Duration) time.Duration {
+	renew := waiterRenew(ttl)
+	d := renew - time.Duration(rand.Int64N(int64(renew)/5+1))
+	if holder > 0 && holder+time.Millisecond < d {
+		d = holder + time.Millisecond
+	}
+	return d
+}
+
+// handedTo parses a hand-off message "token:fence" meant for token.
+func handedTo(msg, token string) (int64, bool) {
+	t, f, ok := strings.Cut(msg, ":")
+	if !ok || t != token {
+		return 0, false
+	}
+	fence, err := strconv.ParseInt(f, 10, 64)
+	return fence, err == nil
+}
+
+// handedOver makes the Lock a release handed to us. Its lease started after
+// lastSeen; when too little of it is known to be left, it is refreshed before
+// the caller starts work.
+func (c *Client) handedOver(ctx context.Context, name string, k keys, token string, fence int64, ttl time.Duration, lastSeen time.Time) (*Lock, error) {
+	l := c.newLock(name, k, token, fence, ttl, lastSeen)
+	if time.Since(lastSeen) > ttl/2 {
+		if err := l.Refresh(ctx, ttl); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// withdraw leaves the Redis queue after giving up. If a release handed us
+// the lock in the meantime, the same script releases it to the next waiter.
+// It runs on a fresh context: the caller's has ended.
+func (c *Client) withdraw(ctx context.Context, k keys, token string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.releaseTimeout)
+	defer cancel()
+	_, _ = c.runRelease(rctx, k, token, c.id)
+}
+
+func isBusy(err error) bool {
+	_, ok := err.(*NotObtainedError)
+	return ok
+}
+
+// waitError turns the end of a wait into the error Acquire returns.
+func (c *Client) waitError(ctx, wctx context.Context, name string, holder time.Duration, err error) error {
+	if err != nil && wctx.Err() != nil {
+		return c.gaveUp(ctx, name, holder)
+	}
+	return err
+}
+
+// gaveUp is the error of a wait that ended without the lock: busy, and also
+// the caller's context error when that context ended it.
+func (c *Client) gaveUp(ctx context.Context, name string, holder time.Duration) error {
+	return &NotObtainedError{Name: name, HolderTTL: holder, cause: ctx.Err()}
 }

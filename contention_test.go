@@ -28,7 +28,7 @@ const (
 // increment takes the lock and bumps the counter n times through rdb.
 func increment(c *dlock.Client, rdb *redis.Client, n int) error {
 	for range n {
-		l, err := acquireRetry(c, lockName)
+		l, err := c.Acquire(bg, lockName, dlock.WithTTL(5*time.Second), dlock.WithWait(time.Minute))
 		if err != nil {
 			return err
 		}
@@ -44,22 +44,6 @@ func increment(c *dlock.Client, rdb *redis.Client, n int) error {
 		}
 	}
 	return nil
-}
-
-// acquireRetry tries until the lock is free, within a bound.
-func acquireRetry(c *dlock.Client, name string) (*dlock.Lock, error) {
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		l, err := c.TryAcquire(bg, name, dlock.WithTTL(5*time.Second))
-		if err == nil {
-			return l, nil
-		}
-		if !errors.Is(err, dlock.ErrNotObtained) {
-			return nil, err
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return nil, fmt.Errorf("lock %s not obtained within a minute", name)
 }
 
 func split(total, parts int) []int {
@@ -82,7 +66,9 @@ func TestContentionGoroutines(t *testing.T) {
 		// Each goroutine has its own connection, as separate processes do.
 		own := redis.NewClient(&redis.Options{Addr: srv, PoolSize: 1})
 		t.Cleanup(func() { _ = own.Close() })
-		wg.Go(func() { errs <- increment(dlock.New(own), own, n) })
+		c := dlock.New(own)
+		t.Cleanup(func() { _ = c.Close(bg) })
+		wg.Go(func() { errs <- increment(c, own, n) })
 	}
 	wg.Wait()
 	close(errs)
@@ -132,7 +118,9 @@ func helperProcess() int {
 	switch os.Getenv(helperEnv) {
 	case "increment":
 		n, _ := strconv.Atoi(os.Getenv("COUNT"))
-		if err := increment(dlock.New(rdb), rdb, n); err != nil {
+		c := dlock.New(rdb)
+		defer c.Close(bg)
+		if err := increment(c, rdb, n); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
 			return 1
 		}

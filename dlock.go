@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +19,14 @@ type Client struct {
 	rdb    redis.UniversalClient
 	cfg    config
 	closed atomic.Bool
+
+	// id names this client in the waiter queues in Redis: one entry per
+	// client and name, however many goroutines wait.
+	id     string
+	notify *notifier
+
+	qmu    sync.Mutex
+	queues map[string]*localQueue // goroutines of this process waiting per name
 }
 
 // The clients New accepts: standalone, Cluster and Sentinel (failover).
@@ -40,7 +49,16 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
-	return &Client{rdb: rdb, cfg: cfg}
+	return &Client{rdb: rdb, cfg: cfg, id: newToken()[:16], notify: newNotifier(rdb), queues: map[string]*localQueue{}}
+}
+
+// Close stops the client's background work and waits for it. Acquisitions
+// after Close fail with ErrClosed. Locks still held are not released: they
+// expire with their TTL.
+func (c *Client) Close(ctx context.Context) error {
+	c.closed.Store(true)
+	c.notify.close()
+	return nil
 }
 
 // keys of one lock. All share the hash tag {name}, so they live in one
@@ -49,12 +67,19 @@ type keys struct {
 	lock    string // hash: token, fence, owner, since, ttl
 	fence   string // counter of fencing tokens, never expires
 	last    string // token of the last release, for re-sent releases
+	queue   string // zset of waiter ids by arrival
+	qdata   string // hash of waiter id -> "alive_until_ms|ttl|token|owner"
 	channel string // pub/sub channel told of every release
+	handoff string // prefix of the channels that tell a waiter it got the lock
 }
 
 func (c *Client) keys(name string) keys {
 	base := c.cfg.prefix + "{" + name + "}"
-	return keys{lock: base, fence: base + ":fence", last: base + ":last", channel: base + ":rel"}
+	return keys{
+		lock: base, fence: base + ":fence", last: base + ":last",
+		queue: base + ":q", qdata: base + ":qd",
+		channel: base + ":rel", handoff: base + ":w:",
+	}
 }
 
 // newToken returns 128 random bits, hex encoded. crypto/rand does not fail

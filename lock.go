@@ -101,9 +101,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.cfg.releaseTimeout)
 	defer cancel()
-	k := l.keys
-	res, err := scripts.Release.Run(rctx, l.c.rdb, []string{k.lock, k.last},
-		l.token, k.channel, ms(tombstoneTTL)).Int64()
+	res, err := l.c.runRelease(rctx, l.keys, l.token, "")
 	if err != nil {
 		// State unknown: the caller may try again, and a re-sent release
 		// that finds its own tombstone still reports success.
@@ -117,6 +115,14 @@ func (l *Lock) Release(ctx context.Context) error {
 		return opError("release", l.name, ErrNotHeld)
 	}
 	return opError("release", l.name, fmt.Errorf("unexpected reply %d", res))
+}
+
+// runRelease runs the release script: it frees the lock if token still holds
+// it and hands it to the first live waiter. waiter, when set, is this
+// client's waiter id, whose entry is dropped if it still carries token.
+func (c *Client) runRelease(ctx context.Context, k keys, token, waiter string) (int64, error) {
+	return scripts.Release.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qdata, k.last},
+		token, k.channel, ms(tombstoneTTL), waiter, k.handoff).Int64()
 }
 
 // tombstoneTTL is how long Redis remembers the token of a release, so that

@@ -50,5 +50,7 @@ func setup(t *testing.T, opts ...dlock.Option) (*dlock.Client, *redis.Client, *r
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	return dlock.New(rdb, opts...), rdb, srv
+	c := dlock.New(rdb, opts...)
+	t.Cleanup(func() { _ = c.Close(bg) })
+	return c, rdb, srv
 }

@@ -18,6 +18,8 @@ const (
 	// as milliseconds) before anything reaches Redis, which would accept both.
 	DefaultMinTTL = 10 * time.Millisecond
 	DefaultMaxTTL = 24 * time.Hour
+	// DefaultWait is how long Acquire waits for a busy lock without WithWait.
+	DefaultWait = 10 * time.Second
 	// MaxNameLength is the longest lock name, in bytes.
 	MaxNameLength = 512
 	// DefaultReleaseTimeout bounds a release. Release runs on a context of
@@ -119,7 +121,8 @@ type acquireOptionFunc func(*acquireConfig)
 func (f acquireOptionFunc) applyAcquire(c *acquireConfig) { f(c) }
 
 type acquireConfig struct {
-	ttl time.Duration
+	ttl  time.Duration
+	wait time.Duration
 }
 
 // WithTTL sets the lock's lease: how long Redis keeps the lock if the holder
@@ -129,6 +132,14 @@ type acquireConfig struct {
 // milliseconds.
 func WithTTL(d time.Duration) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.ttl = d })
+}
+
+// WithWait bounds how long Acquire waits for a busy lock (default
+// DefaultWait, 10s). WithWait(0) makes Acquire a single attempt, like
+// TryAcquire. The caller's context bounds the wait too; whichever ends first
+// wins. TryAcquire ignores it.
+func WithWait(d time.Duration) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.wait = d })
 }
 
 // checkTTL enforces the client's TTL bounds.

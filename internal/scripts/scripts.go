@@ -3,6 +3,9 @@
 // (EVALSHA) and falls back to sending the source when the server answers
 // NOSCRIPT, for example after SCRIPT FLUSH or a restart.
 //
+// Scripts that grant a lock start with common.lua, so acquiring and handing
+// over write a lock the same way.
+//
 // Every script touches only keys that share one hash tag, so it runs on a
 // single Cluster slot.
 package scripts
@@ -14,6 +17,8 @@ import (
 )
 
 var (
+	//go:embed common.lua
+	commonSrc string
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed release.lua
@@ -27,8 +32,8 @@ var (
 // The scripts. Their contracts (keys, arguments, replies) are at the top of
 // each .lua file.
 var (
-	Acquire = redis.NewScript(acquireSrc)
-	Release = redis.NewScript(releaseSrc)
+	Acquire = redis.NewScript(commonSrc + acquireSrc)
+	Release = redis.NewScript(commonSrc + releaseSrc)
 	Refresh = redis.NewScript(refreshSrc)
 	PTTL    = redis.NewScript(pttlSrc)
 )

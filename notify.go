@@ -1,0 +1,205 @@
+package dlock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// notifier owns the Client's one pub/sub connection. Waiters of this process
+// share it: each channel is subscribed once, reference-counted, and kept for
+// a while after its last waiter left, so a process that waits on the same
+// name again and again does not pay a SUBSCRIBE round trip every time.
+//
+// The connection and its reading goroutine exist only while some channel is
+// subscribed: an idle Client runs no goroutine.
+type notifier struct {
+	rdb    redis.UniversalClient
+	linger time.Duration
+
+	mu   sync.Mutex
+	subs map[string]*subscription
+	sess *session // nil when nothing is subscribed
+	wg   sync.WaitGroup
+}
+
+// session is one pub/sub connection and the goroutine that reads it.
+type session struct {
+	ps   *redis.PubSub
+	stop context.CancelFunc
+	ctx  context.Context
+}
+
+// subscription is one channel that waiters listen to.
+type subscription struct {
+	channel string
+	refs    int
+	ready   chan struct{} // closed when Redis confirmed the subscription
+	isReady bool
+	msgs    chan string // payloads; a slow reader loses the oldest, never blocks the reader
+	linger  *time.Timer
+}
+
+func newNotifier(rdb redis.UniversalClient) *notifier {
+	return &notifier{rdb: rdb, linger: subscriptionLinger, subs: map[string]*subscription{}}
+}
+
+// subscriptionLinger is how long a channel stays subscribed after its last
+// waiter left.
+const subscriptionLinger = 3 * time.Second
+
+// subscribe returns the subscription of channel, subscribing if needed. The
+// caller must wait for ready before it relies on messages, and call
+// unsubscribe when done.
+func (n *notifier) subscribe(ctx context.Context, channel string) (*subscription, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s := n.subs[channel]; s != nil {
+		s.refs++
+		if s.linger != nil {
+			s.linger.Stop()
+			s.linger = nil
+		}
+		return s, nil
+	}
+	s := &subscription{channel: channel, refs: 1, ready: make(chan struct{}), msgs: make(chan string, 4)}
+	// The SUBSCRIBE is written under mu, so it cannot overtake the
+	// UNSUBSCRIBE of an earlier subscription of the same channel.
+	if n.sess == nil {
+		sctx, stop := context.WithCancel(context.Background())
+		ps := n.rdb.Subscribe(ctx, channel)
+		n.sess = &session{ps: ps, stop: stop, ctx: sctx}
+		n.wg.Add(1)
+		go n.read(n.sess)
+	} else if err := n.sess.ps.Subscribe(ctx, channel); err != nil {
+		return nil, err
+	}
+	n.subs[channel] = s
+	return s, nil
+}
+
+// unsubscribe drops one reference; the channel is unsubscribed after the
+// linger time unless a waiter comes back.
+func (n *notifier) unsubscribe(s *subscription) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s.refs--
+	if s.refs > 0 {
+		return
+	}
+	s.linger = time.AfterFunc(n.linger, func() { n.expire(s) })
+}
+
+func (n *notifier) expire(s *subscription) {
+	n.mu.Lock()
+	if s.refs > 0 || n.subs[s.channel] != s {
+		n.mu.Unlock()
+		return
+	}
+	delete(n.subs, s.channel)
+	sess := n.sess
+	if len(n.subs) > 0 {
+		_ = sess.ps.Unsubscribe(context.Background(), s.channel)
+		n.mu.Unlock()
+		return
+	}
+	n.sess = nil
+	n.mu.Unlock()
+	sess.stop()
+	_ = sess.ps.Close()
+}
+
+// close ends the session at once and waits for its goroutine.
+func (n *notifier) close() {
+	n.mu.Lock()
+	for ch, s := range n.subs {
+		if s.linger != nil {
+			s.linger.Stop()
+		}
+		delete(n.subs, ch)
+	}
+	sess := n.sess
+	n.sess = nil
+	n.mu.Unlock()
+	if sess != nil {
+		sess.stop()
+		_ = sess.ps.Close()
+	}
+	n.wg.Wait()
+}
+
+// read delivers messages and confirmations until the session stops. After a
+// broken connection go-redis reconnects and subscribes again on the next
+// Receive; messages lost meanwhile cost waiters only latency, because every
+// waiter also wakes on a timer.
+func (n *notifier) read(sess *session) {
+	defer n.wg.Done()
+	backoff := 10 * time.Millisecond
+	for {
+		msg, err := sess.ps.Receive(sess.ctx)
+		if sess.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			select {
+			case <-sess.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+				n.markReady(m.Channel)
+			}
+		case *redis.Message:
+			n.deliver(m.Channel, m.Payload)
+		}
+	}
+}
+
+func (n *notifier) markReady(channel string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s := n.subs[channel]; s != nil && !s.isReady {
+		s.isReady = true
+		close(s.ready)
+	}
+}
+
+func (n *notifier) deliver(channel, payload string) {
+	n.mu.Lock()
+	s := n.subs[channel]
+	n.mu.Unlock()
+	if s == nil {
+		return
+	}
+	for {
+		select {
+		case s.msgs <- payload:
+			return
+		default:
+		}
+		// Full: drop the oldest. Waiters re-check Redis on a timer, so a
+		// lost message costs latency, never correctness.
+		select {
+		case <-s.msgs:
+		default:
+		}
+	}
+}
+
+// confirmed reports whether the subscription is known to be active.
+func (n *notifier) confirmed(s *subscription) bool {
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
+}
