@@ -64,7 +64,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 
 // prepare validates the name and options before anything is sent.
 func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption) (acquireConfig, error) {
-	ac := acquireConfig{ttl: c.cfg.defaultTTL, wait: DefaultWait}
+	ac := acquireConfig{ttl: c.cfg.defaultTTL, wait: DefaultWait, renew: true}
 	for _, o := range opts {
 		o.applyAcquire(&ac)
 	}
@@ -74,6 +74,9 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 	}
 	if err == nil && ac.wait < 0 {
 		err = fmt.Errorf("dlock: wait %v is negative", ac.wait)
+	}
+	if err == nil && ac.maxHold < 0 {
+		err = fmt.Errorf("dlock: max hold %v is negative", ac.maxHold)
 	}
 	if err == nil {
 		err = c.checkUsable(ctx)
@@ -107,7 +110,7 @@ func (c *Client) attempt(ctx context.Context, name string, ac acquireConfig, tok
 		holder := time.Duration(res[1]) * time.Millisecond
 		return nil, holder, &NotObtainedError{Name: name, HolderTTL: holder}
 	}
-	return c.newLock(name, k, token, res[1], ac.ttl, sent), 0, nil
+	return c.newLock(ctx, name, k, token, res[1], ac, sent), 0, nil
 }
 
 // waiterRenew is how often a waiter renews its entry in the Redis queue, and
@@ -166,7 +169,7 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, ac acquireCo
 					continue // for an earlier waiter of this process
 				}
 				timer.Stop()
-				return c.handedOver(ctx, name, k, token, fence, ac.ttl, lastSeen)
+				return c.handedOver(ctx, name, k, token, fence, ac, lastSeen)
 			case <-timer.C:
 				waiting = false
 			case <-wctx.Done():
@@ -204,10 +207,10 @@ func handedTo(msg, token string) (int64, bool) {
 // handedOver makes the Lock a release handed to us. Its lease started after
 // lastSeen; when too little of it is known to be left, it is refreshed before
 // the caller starts work.
-func (c *Client) handedOver(ctx context.Context, name string, k keys, token string, fence int64, ttl time.Duration, lastSeen time.Time) (*Lock, error) {
-	l := c.newLock(name, k, token, fence, ttl, lastSeen)
-	if time.Since(lastSeen) > ttl/2 {
-		if err := l.Refresh(ctx, ttl); err != nil {
+func (c *Client) handedOver(ctx context.Context, name string, k keys, token string, fence int64, ac acquireConfig, lastSeen time.Time) (*Lock, error) {
+	l := c.newLock(ctx, name, k, token, fence, ac, lastSeen)
+	if time.Since(lastSeen) > ac.ttl/2 {
+		if err := l.Refresh(ctx, ac.ttl); err != nil {
 			return nil, err
 		}
 	}

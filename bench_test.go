@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -13,7 +12,7 @@ import (
 // two round trips, each one script.
 func BenchmarkTryAcquireRelease(b *testing.B) {
 	srv := redistest.Start(b)
-	c := dlock.New(srv.Client(b))
+	c := newLocker(b, srv.Client(b))
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"encoding/hex"
 	"strings"
 	"sync"
@@ -27,6 +28,11 @@ type Client struct {
 
 	qmu    sync.Mutex
 	queues map[string]*localQueue // goroutines of this process waiting per name
+
+	renewer *renewer
+
+	hmu  sync.Mutex
+	held map[*Lock]struct{} // locks not yet released or lost, for Close
 }
 
 // The clients New accepts: standalone, Cluster and Sentinel (failover).
@@ -49,16 +55,50 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
-	return &Client{rdb: rdb, cfg: cfg, id: newToken()[:16], notify: newNotifier(rdb), queues: map[string]*localQueue{}}
+	c := &Client{
+		rdb: rdb, cfg: cfg, id: newToken()[:16],
+		notify: newNotifier(rdb), queues: map[string]*localQueue{},
+		held: map[*Lock]struct{}{},
+	}
+	c.renewer = newRenewer(c)
+	return c
 }
 
-// Close stops the client's background work and waits for it. Acquisitions
-// after Close fail with ErrClosed. Locks still held are not released: they
-// expire with their TTL.
+// Close releases the locks this client still holds, stops its background
+// work (renewal, wake-ups) and waits for it. Acquisitions after Close fail
+// with ErrClosed. ctx bounds the releases; a lock that could not be released
+// expires with its TTL. The error joins the failed releases.
 func (c *Client) Close(ctx context.Context) error {
 	c.closed.Store(true)
+	c.hmu.Lock()
+	locks := make([]*Lock, 0, len(c.held))
+	for l := range c.held {
+		locks = append(locks, l)
+	}
+	c.hmu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.releaseTimeout)
+	defer cancel()
+	var errs []error
+	for _, l := range locks {
+		if err := l.release(rctx); err != nil && !errors.Is(err, ErrNotHeld) {
+			errs = append(errs, err)
+		}
+	}
+	c.renewer.close()
 	c.notify.close()
-	return nil
+	return errors.Join(errs...)
+}
+
+func (c *Client) track(l *Lock) {
+	c.hmu.Lock()
+	c.held[l] = struct{}{}
+	c.hmu.Unlock()
+}
+
+func (c *Client) untrack(l *Lock) {
+	c.hmu.Lock()
+	delete(c.held, l)
+	c.hmu.Unlock()
 }
 
 // keys of one lock. All share the hash tag {name}, so they live in one

@@ -24,6 +24,13 @@ var (
 	// while the lock was believed held.
 	ErrLockLost = errors.New("dlock: lock lost")
 
+	// ErrHoldLimit is part of the cause of a lock's context when WithMaxHold's
+	// limit ended the lock; such a cause also matches ErrLockLost.
+	ErrHoldLimit = errors.New("dlock: hold limit")
+
+	// ErrReleased is the cause of a lock's context after Release.
+	ErrReleased = errors.New("dlock: released")
+
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 

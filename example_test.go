@@ -18,6 +18,7 @@ func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locker := dlock.New(rdb)
+	defer locker.Close(ctx)
 
 	lock, err := locker.TryAcquire(ctx, "order:42", dlock.WithTTL(10*time.Second))
 	if errors.Is(err, dlock.ErrNotObtained) {
@@ -42,6 +43,7 @@ func ExampleNotObtainedError() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
 	locker := dlock.New(rdb)
+	defer locker.Close(ctx)
 
 	first, _ := locker.TryAcquire(ctx, "report:daily", dlock.WithTTL(time.Minute))
 	defer first.Release(ctx)
@@ -62,15 +64,20 @@ func ExampleLock_Release() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
 	locker := dlock.New(rdb)
+	defer locker.Close(ctx)
 
-	lock, _ := locker.TryAcquire(ctx, "job:cleanup", dlock.WithTTL(50*time.Millisecond))
+	// A fixed lease, so the stall below outlives it (renewal would keep a
+	// live holder's lock).
+	lock, _ := locker.TryAcquire(ctx, "job:cleanup", dlock.WithTTL(50*time.Millisecond), dlock.WithoutRenewal())
 	time.Sleep(100 * time.Millisecond) // the holder stalls past its lease
+	fmt.Println("holder told:", errors.Is(context.Cause(lock.Context()), dlock.ErrLockLost))
 	next, _ := locker.TryAcquire(ctx, "job:cleanup")
 
 	err := lock.Release(ctx)
 	fmt.Println("stale release:", errors.Is(err, dlock.ErrNotHeld))
 	fmt.Println("new holder's release:", next.Release(ctx))
 	// Output:
+	// holder told: true
 	// stale release: true
 	// new holder's release: <nil>
 }

@@ -64,7 +64,7 @@ func TestBadClientOptions(t *testing.T) {
 		dlock.WithTTLBounds(time.Second, time.Millisecond),
 		dlock.WithReleaseTimeout(0),
 	} {
-		c := dlock.New(rdb, opt)
+		c := newLocker(t, rdb, opt)
 		if _, err := c.TryAcquire(bg, "x"); err == nil {
 			t.Fatalf("client with a bad option acquired")
 		}
@@ -72,7 +72,7 @@ func TestBadClientOptions(t *testing.T) {
 	if n := rdb.DBSize(bg).Val(); n != 0 {
 		t.Fatalf("bad options wrote %d keys", n)
 	}
-	c := dlock.New(rdb, dlock.WithTTLBounds(time.Second, time.Minute), dlock.WithDefaultTTL(30*time.Second), dlock.WithPrefix("app:"))
+	c := newLocker(t, rdb, dlock.WithTTLBounds(time.Second, time.Minute), dlock.WithDefaultTTL(30*time.Second), dlock.WithPrefix("app:"))
 	if _, err := c.TryAcquire(bg, "x", dlock.WithTTL(500*time.Millisecond)); !errors.Is(err, dlock.ErrInvalidTTL) {
 		t.Fatalf("TTL under a custom minimum: %v", err)
 	}
@@ -123,7 +123,7 @@ func TestUnreachableRedis(t *testing.T) {
 	// Nothing listens on the port: every dial is refused.
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
-	c := dlock.New(rdb)
+	c := newLocker(t, rdb)
 	ctx, cancel := context.WithTimeout(bg, 500*time.Millisecond)
 	defer cancel()
 	start := time.Now()

@@ -14,21 +14,61 @@ import (
 // Its token identifies this acquisition only: Release, Refresh and TTL act
 // in Redis only while the stored token is still this one, so a holder whose
 // lease ran out can never free or extend the next holder's lock.
+//
+// A Lock is renewed in the background (unless acquired WithoutRenewal) and
+// has a context of its own, cancelled the moment the lock ends: see Context.
 type Lock struct {
 	c     *Client
 	name  string
 	keys  keys
 	token string
 	fence int64
+	renew   bool          // the client's renewal loop keeps it alive
+	maxHold time.Duration // WithMaxHold, or 0
+	hold    time.Time     // no lease beyond this when maxHold is set
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	releaseMu sync.Mutex // one Release at a time
 
 	mu       sync.Mutex
+	state    lockState
 	ttl      time.Duration
-	leased   time.Time // send time of the last confirmed acquire or refresh
-	released bool      // Release succeeded or found the lock gone
+	leased   time.Time   // send time of the last confirmed acquire or refresh
+	deadline *time.Timer // fires at the lease deadline unless a renewal moved it
+	holdDone bool        // renewal stopped at the hold limit
+
+	// Owned by the renewal loop, under renewer.mu.
+	next     time.Time // when to renew next
+	index    int       // position in the renewal heap, -1 when not in it
+	failures int       // renewals in a row that got no answer
 }
 
-func (c *Client) newLock(name string, k keys, token string, fence int64, ttl time.Duration, sent time.Time) *Lock {
-	return &Lock{c: c, name: name, keys: k, token: token, fence: fence, ttl: ttl, leased: sent}
+type lockState int
+
+const (
+	held lockState = iota
+	released
+	lost
+)
+
+func (c *Client) newLock(ctx context.Context, name string, k keys, token string, fence int64, ac acquireConfig, sent time.Time) *Lock {
+	l := &Lock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, ttl: ac.ttl, leased: sent, index: -1}
+	if ac.maxHold > 0 {
+		l.maxHold, l.hold = ac.maxHold, sent.Add(ac.maxHold)
+	}
+	// The lock's context keeps the values of the caller's (trace ids) but
+	// not its cancellation: the lock lives until it is released or lost.
+	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	l.mu.Lock()
+	l.deadline = time.AfterFunc(l.leaseLeft(), l.leaseEnded)
+	l.mu.Unlock()
+	c.track(l)
+	if l.renew {
+		c.renewer.add(l)
+	}
+	return l
 }
 
 // Name returns the lock's name as given to Acquire.
@@ -45,10 +85,29 @@ func (l *Lock) Token() string { return l.token }
 // with a smaller one, is safe from a holder whose lease ran out unnoticed.
 func (l *Lock) Fence() int64 { return l.fence }
 
+// Context returns the lock's context: cancelled when the lock ends. Pass it
+// to the work the lock protects. context.Cause tells why it ended:
+//   - ErrReleased: Release was called;
+//   - an error matching ErrLockLost: a renewal found the lock gone or taken
+//     over, or no renewal was confirmed before the lease deadline (the last
+//     confirmed lease minus a drift margin, on the local monotonic clock:
+//     before Redis lets the key expire, never after), or the lease of a lock
+//     acquired WithoutRenewal ran out;
+//   - an error matching both ErrLockLost and ErrHoldLimit: WithMaxHold's limit
+//     stopped renewal and the lease then ran out.
+//
+// A holder paused (GC, SIGSTOP, a VM freeze) past its deadline finds the
+// context cancelled as soon as it runs again, without a network round trip;
+// but what it did during the pause is unprotected: use fencing for writes.
+func (l *Lock) Context() context.Context { return l.ctx }
+
 // TTL returns the remaining lease as Redis sees it. It returns ErrNotHeld when
 // the lock is no longer ours.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	if l.isReleased() {
+	if l == nil {
+		return 0, ErrNotHeld
+	}
+	if l.is(released) {
 		return 0, opError("ttl", l.name, ErrNotHeld)
 	}
 	left, err := scripts.PTTL.Run(ctx, l.c.rdb, []string{l.keys.lock}, l.token).Int64()
@@ -63,13 +122,16 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 
 // Refresh sets the lease to ttl from now, if the lock is still ours; else it
 // returns ErrNotHeld and changes nothing. ttl must lie within the client's
-// bounds.
+// bounds. Later renewals use the new ttl.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return ErrNotHeld
+	}
 	if err := l.c.cfg.checkTTL(ttl); err != nil {
 		return opError("refresh", l.name, err)
 	}
 	ttl = ttl.Truncate(time.Millisecond)
-	if l.isReleased() {
+	if !l.is(held) {
 		return opError("refresh", l.name, ErrNotHeld)
 	}
 	sent := time.Now()
@@ -78,36 +140,49 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return opError("refresh", l.name, redisError(err))
 	}
 	if ok != 1 {
+		l.lose(fmt.Errorf("%w: refresh found the lock gone or taken over", ErrLockLost))
 		return opError("refresh", l.name, ErrNotHeld)
 	}
-	l.mu.Lock()
-	l.ttl, l.leased = ttl, sent
-	l.mu.Unlock()
+	l.confirm(sent, ttl)
+	if l.renew {
+		l.c.renewer.reschedule(l)
+	}
 	return nil
 }
 
-// Release lets the lock go and wakes its waiters. It returns ErrNotHeld when
-// the lock was not ours any more (released before, expired, or taken by
-// another holder); then nothing in Redis is changed.
+// Release lets the lock go, hands it to the next waiter and cancels the
+// lock's context. It returns ErrNotHeld when the lock was not ours any more
+// (released before, expired, or taken by another holder); then nothing in
+// Redis is changed.
 //
-// Release runs on a context of its own, bounded by the client's release
-// timeout, so a deferred Release works even when ctx is already cancelled.
-// Values of ctx (trace ids) are kept.
+// Release stops renewal first, then runs on a context of its own bounded by
+// the client's release timeout, so a deferred Release works even when ctx is
+// already cancelled. Values of ctx (trace ids) are kept.
 func (l *Lock) Release(ctx context.Context) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.released {
-		return opError("release", l.name, ErrNotHeld)
+	if l == nil { // the result of a failed acquire: nothing to release
+		return ErrNotHeld
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.cfg.releaseTimeout)
 	defer cancel()
-	res, err := l.c.runRelease(rctx, l.keys, l.token, "")
+	return l.release(rctx)
+}
+
+// release is Release on the caller's context as it is.
+func (l *Lock) release(ctx context.Context) error {
+	l.releaseMu.Lock()
+	defer l.releaseMu.Unlock()
+	if l.is(released) {
+		return opError("release", l.name, ErrNotHeld)
+	}
+	l.c.renewer.remove(l)
+	res, err := l.c.runRelease(ctx, l.keys, l.token, "")
 	if err != nil {
 		// State unknown: the caller may try again, and a re-sent release
-		// that finds its own tombstone still reports success.
+		// that finds its own tombstone still reports success. Until then
+		// the lease deadline still ends the lock's context.
 		return opError("release", l.name, redisError(err))
 	}
-	l.released = true
+	l.end(released, ErrReleased)
 	switch res {
 	case 1, 2: // 2: this token's release had already run (a re-sent command)
 		return nil
@@ -131,8 +206,80 @@ func (c *Client) runRelease(ctx context.Context, k keys, token, waiter string) (
 // go-redis' default retries with their timeouts several times over.
 const tombstoneTTL = 30 * time.Second
 
-func (l *Lock) isReleased() bool {
+func (l *Lock) is(s lockState) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.released
+	return l.state == s
+}
+
+// leaseMargin is taken off every lease before it counts as ours: Redis'
+// clock may run a little fast, and cancelling the holder's context takes a
+// moment to reach the work. A tenth of the TTL, at least a millisecond.
+func leaseMargin(ttl time.Duration) time.Duration {
+	return max(ttl/10, time.Millisecond)
+}
+
+// leaseLeft is how long the lease is known to be ours. l.mu must be held.
+func (l *Lock) leaseLeft() time.Duration {
+	return time.Until(l.leased.Add(l.ttl - leaseMargin(l.ttl)))
+}
+
+// confirm records a lease that Redis confirmed, sent at sent, and moves the
+// deadline. A confirmation that arrives after the old deadline passed does
+// not revive the lock: its context is already cancelled.
+func (l *Lock) confirm(sent time.Time, ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held || sent.Before(l.leased) {
+		return
+	}
+	l.leased, l.ttl = sent, ttl
+	l.deadline.Reset(l.leaseLeft())
+}
+
+// leaseEnded runs on the deadline timer: no renewal was confirmed in time.
+func (l *Lock) leaseEnded() {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return
+	}
+	if left := l.leaseLeft(); left > 0 {
+		// A renewal moved the deadline while this timer was firing.
+		l.deadline.Reset(left)
+		l.mu.Unlock()
+		return
+	}
+	var cause error
+	switch {
+	case l.holdDone:
+		cause = fmt.Errorf("%w: %w of %v reached", ErrLockLost, ErrHoldLimit, l.maxHold)
+	case !l.renew:
+		cause = fmt.Errorf("%w: lease of %v ran out (renewal off)", ErrLockLost, l.ttl)
+	default:
+		cause = fmt.Errorf("%w: no renewal confirmed before the lease deadline", ErrLockLost)
+	}
+	l.mu.Unlock()
+	l.lose(cause)
+}
+
+// lose marks the lock lost and cancels its context with cause.
+func (l *Lock) lose(cause error) {
+	l.end(lost, cause)
+}
+
+// end moves a held lock to released or lost, once.
+func (l *Lock) end(to lockState, cause error) {
+	l.mu.Lock()
+	from := l.state
+	if from == released || (from == lost && to == lost) {
+		l.mu.Unlock()
+		return
+	}
+	l.state = to
+	l.deadline.Stop()
+	l.mu.Unlock()
+	l.cancel(cause)
+	l.c.renewer.remove(l)
+	l.c.untrack(l)
 }

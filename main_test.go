@@ -50,7 +50,13 @@ func setup(t *testing.T, opts ...dlock.Option) (*dlock.Client, *redis.Client, *r
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
+	return newLocker(t, rdb, opts...), rdb, srv
+}
+
+// newLocker returns a dlock client closed at the end of the test, so no
+// renewal or wake-up goroutine outlives it.
+func newLocker(t testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
 	c := dlock.New(rdb, opts...)
 	t.Cleanup(func() { _ = c.Close(bg) })
-	return c, rdb, srv
+	return c
 }

@@ -121,8 +121,10 @@ type acquireOptionFunc func(*acquireConfig)
 func (f acquireOptionFunc) applyAcquire(c *acquireConfig) { f(c) }
 
 type acquireConfig struct {
-	ttl  time.Duration
-	wait time.Duration
+	ttl     time.Duration
+	wait    time.Duration
+	renew   bool
+	maxHold time.Duration
 }
 
 // WithTTL sets the lock's lease: how long Redis keeps the lock if the holder
@@ -140,6 +142,21 @@ func WithTTL(d time.Duration) AcquireOption {
 // wins. TryAcquire ignores it.
 func WithWait(d time.Duration) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.wait = d })
+}
+
+// WithoutRenewal acquires a fixed lease: nobody renews it, and the lock's
+// context ends when the TTL (less a drift margin) has passed. By default
+// every lock is renewed at a third of its TTL while it is held.
+func WithoutRenewal() AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.renew = false })
+}
+
+// WithMaxHold bounds how long the lock is held in all: renewal never extends
+// the lease beyond d after acquisition, and the lock's context ends then,
+// with a cause matching ErrHoldLimit and ErrLockLost. For work that must not
+// run away. Zero (the default) means no limit.
+func WithMaxHold(d time.Duration) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.maxHold = d })
 }
 
 // checkTTL enforces the client's TTL bounds.

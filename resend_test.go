@@ -43,8 +43,8 @@ func TestResentAcquireAndRelease(t *testing.T) {
 	hook := &resender{}
 	twice := srv.Client(t)
 	twice.AddHook(hook)
-	a := dlock.New(twice)
-	b := dlock.New(rdb)
+	a := newLocker(t, twice)
+	b := newLocker(t, rdb)
 
 	// A re-sent acquire finds its own token: success, not a stranded lock.
 	l, err := a.TryAcquire(bg, "resend")

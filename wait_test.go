@@ -137,7 +137,7 @@ func TestCrashedHolderWakesWaiter(t *testing.T) {
 	c, _, srv := setup(t)
 	// The holder never releases, as if it crashed: only its TTL frees the
 	// lock, and nobody publishes anything.
-	mustAcquire(t, c, "crash", dlock.WithTTL(400*time.Millisecond))
+	mustAcquire(t, c, "crash", dlock.WithTTL(400*time.Millisecond), dlock.WithoutRenewal())
 	other := newClients(t, srv, 1)[0]
 	l, err := other.Acquire(bg, "crash", dlock.WithWait(5*time.Second))
 	if err != nil {

@@ -1,0 +1,290 @@
+package dlock
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// renewer is the Client's one renewal loop. It keeps the held locks in a heap
+// ordered by their next renewal, sleeps until the first is due, and renews
+// every lock due by then in one pipeline: a process holding 10,000 locks runs
+// one goroutine and a few pipelines a second, not 10,000 timers sending.
+//
+// It only sends. Deciding that a lock is lost when renewals go unanswered is
+// the job of each lock's deadline timer, so a renewal stuck on a blackholed
+// connection cannot keep a holder from learning its lease ran out.
+//
+// The goroutine runs only while some lock is due for renewal.
+type renewer struct {
+	c *Client
+
+	mu      sync.Mutex
+	due     lockHeap
+	kick    chan struct{} // a new lock may be due earlier than the loop sleeps
+	running bool
+	closed  bool
+	wg      sync.WaitGroup
+	stop    chan struct{}
+}
+
+const (
+	// renewBatchSlack: locks due within this of the first are renewed in the
+	// same pipeline, a little early rather than in a pipeline of their own.
+	renewBatchSlack = 20 * time.Millisecond
+	// renewBatchMax bounds one pipeline.
+	renewBatchMax = 1000
+)
+
+func newRenewer(c *Client) *renewer {
+	return &renewer{c: c, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+}
+
+// renewAt is when a lease confirmed at leased with ttl is renewed: after a
+// third of it, leaving two thirds for retries before the deadline.
+func renewAt(leased time.Time, ttl time.Duration) time.Time {
+	return leased.Add(ttl / 3)
+}
+
+func (r *renewer) add(l *Lock) {
+	l.mu.Lock()
+	next := renewAt(l.leased, l.ttl)
+	l.mu.Unlock()
+	r.schedule(l, next)
+}
+
+// reschedule moves a lock's next renewal after a manual Refresh.
+func (r *renewer) reschedule(l *Lock) { r.add(l) }
+
+func (r *renewer) schedule(l *Lock, next time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || !l.is(held) {
+		return
+	}
+	l.next = next
+	if l.index >= 0 {
+		heap.Fix(&r.due, l.index)
+	} else {
+		heap.Push(&r.due, l)
+	}
+	if !r.running {
+		r.running = true
+		r.wg.Add(1)
+		go r.loop()
+		return
+	}
+	if r.due[0] == l {
+		r.wakeLoop()
+	}
+}
+
+func (r *renewer) remove(l *Lock) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l.index < 0 {
+		return
+	}
+	first := l.index == 0
+	heap.Remove(&r.due, l.index)
+	if first {
+		// The loop sleeps until this lock was due: wake it to sleep until
+		// the next one, or to exit when none is left.
+		r.wakeLoop()
+	}
+}
+
+func (r *renewer) wakeLoop() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (r *renewer) close() {
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.stop)
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+func (r *renewer) loop() {
+	defer r.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		if len(r.due) == 0 || r.closed {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		wait := time.Until(r.due[0].next)
+		r.mu.Unlock()
+		if wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-r.kick:
+				timer.Stop()
+				continue
+			case <-r.stop:
+				return
+			}
+		}
+		r.renew(r.takeDue())
+	}
+}
+
+// takeDue pops the locks due now or within the batch slack.
+func (r *renewer) takeDue() []*Lock {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	horizon := time.Now().Add(renewBatchSlack)
+	var batch []*Lock
+	for len(r.due) > 0 && len(batch) < renewBatchMax && !r.due[0].next.After(horizon) {
+		batch = append(batch, heap.Pop(&r.due).(*Lock))
+	}
+	return batch
+}
+
+// renewal is one lock's part of a pipeline.
+type renewal struct {
+	l    *Lock
+	ttl  time.Duration
+	sent time.Time
+	cmd  *redis.Cmd
+}
+
+// renew extends the batch's leases in one pipeline and schedules each lock
+// again: a third of its TTL later on success, sooner with backoff on error.
+// A lock found gone or taken over is lost at once.
+func (r *renewer) renew(batch []*Lock) {
+	if len(batch) == 0 {
+		return
+	}
+	now := time.Now()
+	var jobs []*renewal
+	var last time.Time // the latest deadline of the batch bounds the pipeline
+	for _, l := range batch {
+		l.mu.Lock()
+		ttl, deadline := l.ttl, l.leased.Add(l.ttl-leaseMargin(l.ttl))
+		if !l.hold.IsZero() {
+			// Never lease beyond the hold limit; at the limit, stop renewing
+			// and let the deadline timer end the lock.
+			ttl = min(ttl, l.hold.Sub(now).Truncate(time.Millisecond))
+			if ttl < time.Millisecond {
+				l.holdDone = true
+				l.mu.Unlock()
+				continue
+			}
+		}
+		l.mu.Unlock()
+		if now.After(deadline) {
+			continue // the deadline timer is ending this lock; renewing now could revive a lease we already gave up
+		}
+		last = maxTime(last, deadline)
+		jobs = append(jobs, &renewal{l: l, ttl: ttl})
+	}
+	if len(jobs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), last)
+	defer cancel()
+	r.send(ctx, jobs, false)
+
+	// Scripts are gone after SCRIPT FLUSH or a restart: send those again
+	// with their source.
+	var again []*renewal
+	for _, j := range jobs {
+		if redis.HasErrorPrefix(j.cmd.Err(), "NOSCRIPT") {
+			again = append(again, j)
+		}
+	}
+	if len(again) > 0 {
+		r.send(ctx, again, true)
+	}
+
+	for _, j := range jobs {
+		r.settle(j)
+	}
+}
+
+func (r *renewer) send(ctx context.Context, jobs []*renewal, source bool) {
+	pipe := r.c.rdb.Pipeline()
+	sent := time.Now()
+	for _, j := range jobs {
+		j.sent = sent
+		keys, args := []string{j.l.keys.lock}, []any{j.l.token, ms(j.ttl)}
+		if source {
+			j.cmd = scripts.Refresh.Eval(ctx, pipe, keys, args...)
+		} else {
+			j.cmd = scripts.Refresh.EvalSha(ctx, pipe, keys, args...)
+		}
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+}
+
+// settle applies one renewal's answer.
+func (r *renewer) settle(j *renewal) {
+	l := j.l
+	ok, err := j.cmd.Int64()
+	switch {
+	case err == nil && ok == 1:
+		l.confirm(j.sent, j.ttl)
+		r.mu.Lock()
+		l.failures = 0
+		r.mu.Unlock()
+		r.schedule(l, renewAt(j.sent, j.ttl))
+	case err == nil:
+		l.lose(fmt.Errorf("%w: renewal found the lock gone or taken over", ErrLockLost))
+	default:
+		// Unanswered: try again soon, with backoff. The deadline timer
+		// ends the lock if no renewal gets through in time.
+		r.mu.Lock()
+		l.failures++
+		n := min(l.failures, 5)
+		r.mu.Unlock()
+		backoff := max(j.ttl/30, 5*time.Millisecond) << (n - 1)
+		r.schedule(l, time.Now().Add(min(backoff, j.ttl/3)))
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// lockHeap orders locks by their next renewal.
+type lockHeap []*Lock
+
+func (h lockHeap) Len() int           { return len(h) }
+func (h lockHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h lockHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *lockHeap) Push(x any) {
+	l := x.(*Lock)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
+func (h *lockHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	l.index = -1
+	*h = old[:len(old)-1]
+	return l
+}
