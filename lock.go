@@ -18,11 +18,11 @@ import (
 // A Lock is renewed in the background (unless acquired WithoutRenewal) and
 // has a context of its own, cancelled the moment the lock ends: see Context.
 type Lock struct {
-	c     *Client
-	name  string
-	keys  keys
-	token string
-	fence int64
+	c       *Client
+	name    string
+	keys    keys
+	token   string
+	fence   int64
 	renew   bool          // the client's renewal loop keeps it alive
 	maxHold time.Duration // WithMaxHold, or 0
 	hold    time.Time     // no lease beyond this when maxHold is set
