@@ -125,6 +125,8 @@ func helperProcess() int {
 			return 1
 		}
 		return 0
+	case "hold":
+		return holdProcess(rdb)
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper", os.Getenv(helperEnv))
 	return 2

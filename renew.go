@@ -178,15 +178,15 @@ func (r *renewer) renew(batch []*Lock) {
 	for _, l := range batch {
 		l.mu.Lock()
 		ttl, deadline := l.ttl, l.leased.Add(l.ttl-leaseMargin(l.ttl))
-		if !l.hold.IsZero() {
-			// Never lease beyond the hold limit; at the limit, stop renewing
-			// and let the deadline timer end the lock.
-			ttl = min(ttl, l.hold.Sub(now).Truncate(time.Millisecond))
-			if ttl < time.Millisecond {
-				l.holdDone = true
+		if left := l.hold.Sub(now).Truncate(time.Millisecond); !l.hold.IsZero() && left < ttl {
+			// Never lease beyond the hold limit: this lease is the last,
+			// cut to end at the limit, and its deadline ends the lock.
+			l.holdDone = true
+			if left < time.Millisecond {
 				l.mu.Unlock()
 				continue
 			}
+			ttl = left
 		}
 		l.mu.Unlock()
 		if now.After(deadline) {
@@ -244,7 +244,12 @@ func (r *renewer) settle(j *renewal) {
 		r.mu.Lock()
 		l.failures = 0
 		r.mu.Unlock()
-		r.schedule(l, renewAt(j.sent, j.ttl))
+		l.mu.Lock()
+		last := l.holdDone
+		l.mu.Unlock()
+		if !last {
+			r.schedule(l, renewAt(j.sent, j.ttl))
+		}
 	case err == nil:
 		l.lose(fmt.Errorf("%w: renewal found the lock gone or taken over", ErrLockLost))
 	default:
