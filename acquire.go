@@ -22,7 +22,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 	if err != nil {
 		return nil, err
 	}
-	l, _, err := c.attempt(ctx, name, ac, newToken(), false)
+	l, _, err := c.attempt(ctx, name, ac, newToken(), nil)
 	return l, err
 }
 
@@ -46,8 +46,18 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 		return nil, err
 	}
 	if ac.wait == 0 {
-		l, _, err := c.attempt(ctx, name, ac, newToken(), false)
+		l, _, err := c.attempt(ctx, name, ac, newToken(), nil)
 		return l, err
+	}
+	if !c.waitersOf(name) && !c.notify.active(c.keys(name).handoff+c.id) {
+		// Nobody of this process waits for the name, nor did lately: one
+		// plain attempt first, so an uncontended Acquire costs what
+		// TryAcquire does. A name contended lately goes straight into the
+		// queue, which costs the same when the lock is free.
+		l, _, err := c.attempt(ctx, name, ac, newToken(), nil)
+		if !isBusy(err) {
+			return l, err
+		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, ac.wait)
 	defer cancel()
@@ -88,29 +98,55 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 	return ac, nil
 }
 
-// attempt runs the acquire script once with token. With queue set, a busy
-// lock puts (or keeps) this client in the waiter queue. It returns the lock,
-// or the holder's remaining lease.
-func (c *Client) attempt(ctx context.Context, name string, ac acquireConfig, token string, queue bool) (*Lock, time.Duration, error) {
+// attempt runs the acquire script once. With q set, a busy lock puts (or
+// keeps) this client in the waiter queue in Redis, and q.entry follows the
+// entry there. It returns the lock, or the holder's remaining lease.
+func (c *Client) attempt(ctx context.Context, name string, ac acquireConfig, token string, q *queued) (*Lock, time.Duration, error) {
 	k := c.keys(name)
-	waiter := ""
-	if queue {
-		waiter = c.id
+	waiter, prev := "", ""
+	if q != nil {
+		waiter, prev = c.id, q.entry
 	}
 	sent := time.Now()
-	res, err := scripts.Acquire.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qdata},
-		token, ms(ac.ttl), c.cfg.owner, waiter, ms(waiterAlive(ac.ttl))).Int64Slice()
+	res, err := scripts.Acquire.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue},
+		token, ms(ac.ttl), c.cfg.owner, waiter, ms(waiterAlive(ac.ttl)), sent.UnixMilli(), prev).Slice()
 	if err != nil {
 		return nil, 0, opError("acquire", name, redisError(err))
 	}
-	if len(res) != 2 {
-		return nil, 0, opError("acquire", name, fmt.Errorf("unexpected reply %v", res))
+	ok, n, entry, perr := parseAcquire(res)
+	if perr != nil {
+		return nil, 0, opError("acquire", name, perr)
 	}
-	if res[0] == 0 {
-		holder := time.Duration(res[1]) * time.Millisecond
+	if !ok {
+		if q != nil {
+			q.entry = entry
+		}
+		holder := time.Duration(n) * time.Millisecond
 		return nil, holder, &NotObtainedError{Name: name, HolderTTL: holder}
 	}
-	return c.newLock(ctx, name, k, token, res[1], ac, sent), 0, nil
+	if q != nil {
+		q.entry = "" // the script dropped it
+	}
+	return c.newLock(ctx, name, k, token, n, ac, sent), 0, nil
+}
+
+// queued is a waiter's entry in the Redis queue, as the last attempt left it.
+type queued struct{ entry string }
+
+// parseAcquire reads {1, fence} or {0, pttl, entry}.
+func parseAcquire(res []any) (ok bool, n int64, entry string, err error) {
+	if len(res) < 2 {
+		return false, 0, "", fmt.Errorf("unexpected reply %v", res)
+	}
+	flag, ok1 := res[0].(int64)
+	n, ok2 := res[1].(int64)
+	if !ok1 || !ok2 {
+		return false, 0, "", fmt.Errorf("unexpected reply %v", res)
+	}
+	if len(res) > 2 {
+		entry, _ = res[2].(string)
+	}
+	return flag == 1, n, entry, nil
 }
 
 // waiterRenew is how often a waiter renews its entry in the Redis queue, and
@@ -137,7 +173,7 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, ac acquireCo
 	if !c.notify.confirmed(sub) {
 		// While the SUBSCRIBE is on its way, try once without queueing: a
 		// hand-off published before Redis confirmed it would be missed.
-		l, holder, err := c.attempt(wctx, name, ac, token, false)
+		l, holder, err := c.attempt(wctx, name, ac, token, nil)
 		if l != nil || !isBusy(err) {
 			return l, c.waitError(ctx, wctx, name, holder, err)
 		}
@@ -152,9 +188,10 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, ac acquireCo
 	// The entry was alive and not yet served when Redis ran our last
 	// attempt, so a hand-off's lease started after lastSeen.
 	var lastSeen time.Time
+	var entry queued
 	for {
 		sent := time.Now()
-		l, holder, err := c.attempt(wctx, name, ac, token, true)
+		l, holder, err := c.attempt(wctx, name, ac, token, &entry)
 		if l != nil || !isBusy(err) {
 			return l, c.waitError(ctx, wctx, name, holder, err)
 		}
@@ -174,7 +211,7 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, ac acquireCo
 				waiting = false
 			case <-wctx.Done():
 				timer.Stop()
-				c.withdraw(ctx, k, token)
+				c.withdraw(ctx, k, token, entry.entry)
 				return nil, c.gaveUp(ctx, name, holder)
 			}
 		}
@@ -220,10 +257,10 @@ func (c *Client) handedOver(ctx context.Context, name string, k keys, token stri
 // withdraw leaves the Redis queue after giving up. If a release handed us
 // the lock in the meantime, the same script releases it to the next waiter.
 // It runs on a fresh context: the caller's has ended.
-func (c *Client) withdraw(ctx context.Context, k keys, token string) {
+func (c *Client) withdraw(ctx context.Context, k keys, token, entry string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.releaseTimeout)
 	defer cancel()
-	_, _ = c.runRelease(rctx, k, token, c.id)
+	_, _ = c.runRelease(rctx, k, token, entry)
 }
 
 func isBusy(err error) bool {

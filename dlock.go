@@ -107,19 +107,31 @@ type keys struct {
 	lock    string // hash: token, fence, owner, since, ttl
 	fence   string // counter of fencing tokens, never expires
 	last    string // token of the last release, for re-sent releases
-	queue   string // zset of waiter ids by arrival
-	qdata   string // hash of waiter id -> "alive_until_ms|ttl|token|owner"
-	channel string // pub/sub channel told of every release
+	queue   string // zset of waiter entries by arrival
 	handoff string // prefix of the channels that tell a waiter it got the lock
 }
 
+// Key suffixes after the lock's own key.
+const (
+	sufFence   = ":fence"
+	sufLast    = ":last"
+	sufQueue   = ":q"
+	sufHandoff = ":w:"
+)
+
 func (c *Client) keys(name string) keys {
+	// Keys are built on every acquisition, the hot path of an uncontended
+	// lock: two allocations, the other keys being slices of one string.
 	base := c.cfg.prefix + "{" + name + "}"
-	return keys{
-		lock: base, fence: base + ":fence", last: base + ":last",
-		queue: base + ":q", qdata: base + ":qd",
-		channel: base + ":rel", handoff: base + ":w:",
+	all := base + sufFence + base + sufLast + base + sufQueue + base + sufHandoff
+	off := 0
+	take := func(suffix string) string {
+		s := all[off : off+len(base)+len(suffix)]
+		off += len(s)
+		return s
 	}
+	return keys{lock: base, fence: take(sufFence), last: take(sufLast),
+		queue: take(sufQueue), handoff: take(sufHandoff)}
 }
 
 // newToken returns 128 random bits, hex encoded. crypto/rand does not fail

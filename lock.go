@@ -27,8 +27,7 @@ type Lock struct {
 	maxHold time.Duration // WithMaxHold, or 0
 	hold    time.Time     // no lease beyond this when maxHold is set
 
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	values context.Context // the acquirer's context without its cancellation
 
 	releaseMu sync.Mutex // one Release at a time
 
@@ -38,6 +37,11 @@ type Lock struct {
 	leased   time.Time   // send time of the last confirmed acquire or refresh
 	deadline *time.Timer // fires at the lease deadline unless a renewal moved it
 	holdDone bool        // renewal stopped at the hold limit
+	cause    error       // why the lock ended, once it has
+	// The lock's context is made on the first call of Context: most
+	// callers of Acquire never ask for it, and it costs allocations.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 
 	// Owned by the renewal loop, under renewer.mu.
 	next     time.Time // when to renew next
@@ -60,7 +64,7 @@ func (c *Client) newLock(ctx context.Context, name string, k keys, token string,
 	}
 	// The lock's context keeps the values of the caller's (trace ids) but
 	// not its cancellation: the lock lives until it is released or lost.
-	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	l.values = context.WithoutCancel(ctx)
 	l.mu.Lock()
 	l.deadline = time.AfterFunc(l.leaseLeft(), l.leaseEnded)
 	l.mu.Unlock()
@@ -99,7 +103,17 @@ func (l *Lock) Fence() int64 { return l.fence }
 // A holder paused (GC, SIGSTOP, a VM freeze) past its deadline finds the
 // context cancelled as soon as it runs again, without a network round trip;
 // but what it did during the pause is unprotected: use fencing for writes.
-func (l *Lock) Context() context.Context { return l.ctx }
+func (l *Lock) Context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancelCause(l.values)
+		if l.state != held {
+			l.cancel(l.cause)
+		}
+	}
+	return l.ctx
+}
 
 // TTL returns the remaining lease as Redis sees it. It returns ErrNotHeld when
 // the lock is no longer ours.
@@ -193,11 +207,11 @@ func (l *Lock) release(ctx context.Context) error {
 }
 
 // runRelease runs the release script: it frees the lock if token still holds
-// it and hands it to the first live waiter. waiter, when set, is this
-// client's waiter id, whose entry is dropped if it still carries token.
-func (c *Client) runRelease(ctx context.Context, k keys, token, waiter string) (int64, error) {
-	return scripts.Release.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qdata, k.last},
-		token, k.channel, ms(tombstoneTTL), waiter, k.handoff).Int64()
+// it and hands it to the first live waiter. entry, when set, is the queue
+// entry of a waiter that gives up, dropped in the same step.
+func (c *Client) runRelease(ctx context.Context, k keys, token, entry string) (int64, error) {
+	return scripts.Release.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.last},
+		token, ms(tombstoneTTL), entry, k.handoff).Int64()
 }
 
 // tombstoneTTL is how long Redis remembers the token of a release, so that
@@ -277,9 +291,15 @@ func (l *Lock) end(to lockState, cause error) {
 		return
 	}
 	l.state = to
+	if l.cause == nil {
+		l.cause = cause
+	}
 	l.deadline.Stop()
+	cancel := l.cancel
 	l.mu.Unlock()
-	l.cancel(cause)
+	if cancel != nil {
+		cancel(cause)
+	}
 	l.c.renewer.remove(l)
 	l.c.untrack(l)
 }

@@ -194,6 +194,15 @@ func (n *notifier) deliver(channel, payload string) {
 	}
 }
 
+// active reports whether channel is subscribed and confirmed, without
+// taking a reference.
+func (n *notifier) active(channel string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := n.subs[channel]
+	return s != nil && s.isReady
+}
+
 // confirmed reports whether the subscription is known to be active.
 func (n *notifier) confirmed(s *subscription) bool {
 	select {

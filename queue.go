@@ -31,6 +31,14 @@ func (q *localQueue) holderTTL() time.Duration {
 	return q.holder
 }
 
+// waitersOf reports whether goroutines of this process wait for name. A new
+// Acquire must not overtake them.
+func (c *Client) waitersOf(name string) bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	return c.queues[name] != nil
+}
+
 func (c *Client) joinLocal(name string) (*localQueue, *localWaiter) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()

@@ -27,7 +27,8 @@ type renewer struct {
 
 	mu      sync.Mutex
 	due     lockHeap
-	kick    chan struct{} // a new lock may be due earlier than the loop sleeps
+	kick    chan struct{} // a new lock is due earlier than the loop sleeps
+	wakeAt  time.Time     // when the sleeping loop wakes by itself
 	running bool
 	closed  bool
 	wg      sync.WaitGroup
@@ -38,6 +39,8 @@ const (
 	// renewBatchSlack: locks due within this of the first are renewed in the
 	// same pipeline, a little early rather than in a pipeline of their own.
 	renewBatchSlack = 20 * time.Millisecond
+	// renewIdle is how long the loop stays without locks before it exits.
+	renewIdle = 2 * time.Second
 	// renewBatchMax bounds one pipeline.
 	renewBatchMax = 1000
 )
@@ -80,7 +83,9 @@ func (r *renewer) schedule(l *Lock, next time.Time) {
 		go r.loop()
 		return
 	}
-	if r.due[0] == l {
+	// Wake the loop only when it would sleep past this lock's renewal: a
+	// wake-up per acquisition costs an uncontended lock a context switch.
+	if l.next.Before(r.wakeAt) {
 		r.wakeLoop()
 	}
 }
@@ -91,13 +96,9 @@ func (r *renewer) remove(l *Lock) {
 	if l.index < 0 {
 		return
 	}
-	first := l.index == 0
+	// The loop may sleep until this lock's renewal; it then wakes once
+	// for nothing, which is cheaper than waking it now.
 	heap.Remove(&r.due, l.index)
-	if first {
-		// The loop sleeps until this lock was due: wake it to sleep until
-		// the next one, or to exit when none is left.
-		r.wakeLoop()
-	}
 }
 
 func (r *renewer) wakeLoop() {
@@ -123,12 +124,20 @@ func (r *renewer) loop() {
 	defer timer.Stop()
 	for {
 		r.mu.Lock()
-		if len(r.due) == 0 || r.closed {
+		if r.closed {
 			r.running = false
 			r.mu.Unlock()
 			return
 		}
-		wait := time.Until(r.due[0].next)
+		if len(r.due) == 0 {
+			r.mu.Unlock()
+			if !r.idle(timer) {
+				return
+			}
+			continue
+		}
+		r.wakeAt = r.due[0].next
+		wait := time.Until(r.wakeAt)
 		r.mu.Unlock()
 		if wait > 0 {
 			timer.Reset(wait)
@@ -143,6 +152,32 @@ func (r *renewer) loop() {
 		}
 		r.renew(r.takeDue())
 	}
+}
+
+// idle waits, with nothing to renew, for a new lock. It reports false when
+// the loop should exit: after renewIdle without locks, or on close. Staying a
+// while spares a process that takes and releases locks one after another a
+// goroutine start per lock.
+func (r *renewer) idle(timer *time.Timer) bool {
+	r.mu.Lock()
+	r.wakeAt = time.Now().Add(renewIdle)
+	r.mu.Unlock()
+	timer.Reset(renewIdle)
+	select {
+	case <-r.kick:
+		timer.Stop()
+		return true
+	case <-r.stop:
+		return false
+	case <-timer.C:
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.due) > 0 && !r.closed {
+		return true
+	}
+	r.running = false
+	return false
 }
 
 // takeDue pops the locks due now or within the batch slack.

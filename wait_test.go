@@ -189,8 +189,8 @@ func TestDeadWaiterIsSkipped(t *testing.T) {
 	c, rdb, srv := setup(t)
 	holder := mustAcquire(t, c, "dead", dlock.WithTTL(10*time.Second))
 	// A waiter that died long ago: first in line, entry no longer renewed.
-	rdb.ZAdd(bg, "dlock:{dead}:q", redis.Z{Score: 1, Member: "gone"})
-	rdb.HSet(bg, "dlock:{dead}:qd", "gone", "1|10000|deadbeef|ghost")
+	const ghost = "gone|deadbeef|10000|1|ghost"
+	rdb.ZAdd(bg, "dlock:{dead}:q", redis.Z{Score: 1, Member: ghost})
 	got := make(chan error, 1)
 	live := newClients(t, srv, 1)[0]
 	go func() {
@@ -207,7 +207,7 @@ func TestDeadWaiterIsSkipped(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatalf("live waiter behind a dead one: %v", err)
 	}
-	if rdb.HExists(bg, "dlock:{dead}:qd", "gone").Val() {
+	if rdb.ZScore(bg, "dlock:{dead}:q", ghost).Err() == nil {
 		t.Fatal("dead waiter's entry not dropped")
 	}
 }

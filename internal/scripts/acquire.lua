@@ -1,43 +1,51 @@
 -- acquire: take the lock if nobody holds it; else, for a waiter, join the
 -- queue of waiters that release hands the lock to.
--- KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] waiter queue (zset, by
--- arrival), KEYS[4] waiter data (hash: id -> "alive_until_ms|ttl|token|owner")
+-- KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] waiter queue: a zset
+-- scored by arrival, each member "id|token|ttl|alive_until_ms|owner"
 -- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] owner, ARGV[4] waiter id or ''
 -- for a single attempt, ARGV[5] how long the waiter entry lives without a
--- renewed attempt, in ms
--- Returns {1, fence} when the lock is ours, {0, pttl} when another holder
--- has it.
-local key, fencekey, queue, qdata = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, ttl, owner, waiter = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+-- renewed attempt, in ms, ARGV[6] the caller's clock in ms, stored as since,
+-- ARGV[7] the waiter's entry from its last attempt, or ''
+-- Returns {1, fence} when the lock is ours, {0, pttl, entry} when another
+-- holder has it (entry: the waiter's queue entry now, or '').
+--
+-- The free path is four commands (HGET, INCR, HSET, PEXPIRE): it is the
+-- path every uncontended lock takes.
+local key, fencekey, queue = KEYS[1], KEYS[2], KEYS[3]
+local token, ttl, owner, waiter, prev = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[7]
 
-if redis.call('EXISTS', key) == 1 then
-  -- HGET fails with WRONGTYPE when the key is not a hash: nothing written yet.
-  local held = redis.call('HGET', key, 'token')
-  if held == token then
-    -- Ours already: a release handed it to us, or this is our own acquire
-    -- sent again after a lost reply. Report success, never strand it.
-    return {1, tonumber(redis.call('HGET', key, 'fence'))}
-  end
+-- HGET fails with WRONGTYPE when the key is not a hash: nothing written yet.
+local held = redis.call('HGET', key, 'token')
+if held == token then
+  -- Ours already: a release handed it to us, or this is our own acquire
+  -- sent again after a lost reply. Report success, never strand it.
+  return {1, tonumber(redis.call('HGET', key, 'fence'))}
+end
+if held then
+  local entry = ''
   if waiter ~= '' then
     local now_ms, now_us = server_now()
     local alive = tonumber(ARGV[5])
-    -- A waiter keeps its place in line when it renews its entry.
-    if not redis.call('ZSCORE', queue, waiter) then
-      redis.call('ZADD', queue, now_us, waiter)
+    entry = string.format('%s|%s|%s|%d|%s', waiter, token, ttl, now_ms + alive, owner)
+    -- A waiter that renews its entry keeps its place in line.
+    local score = now_us
+    if prev ~= '' then
+      local s = redis.call('ZSCORE', queue, prev)
+      if s then
+        score = s
+        redis.call('ZREM', queue, prev)
+      end
     end
-    redis.call('HSET', qdata, waiter, string.format('%d|%s|%s|%s', now_ms + alive, ttl, token, owner))
+    redis.call('ZADD', queue, score, entry)
     redis.call('PEXPIRE', queue, 2 * alive)
-    redis.call('PEXPIRE', qdata, 2 * alive)
   end
-  return {0, redis.call('PTTL', key)}
+  return {0, redis.call('PTTL', key), entry}
 end
 
-local err = check_fence(fencekey)
+local fence, err = next_fence(fencekey)
 if err then return err end
-if waiter ~= '' and redis.call('ZREM', queue, waiter) == 1 then
-  redis.call('HDEL', qdata, waiter)
+if prev ~= '' then
+  redis.call('ZREM', queue, prev)
 end
-local now_ms, now_us = server_now()
-local fence = next_fence(fencekey, now_us)
-grant(key, fence, token, ttl, owner, now_ms)
+grant(key, fence, token, ttl, owner, ARGV[6])
 return {1, fence}
