@@ -1,0 +1,189 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNotLocked: nobody holds the lock (Inspect, ForceUnlock).
+var ErrNotLocked = errors.New("dlock: not locked")
+
+// LockInfo is what Redis says about one held lock, for operators: the CLI,
+// the admin view. It is a snapshot; the lock may change right after.
+type LockInfo struct {
+	Name    string        // the lock's name
+	Key     string        // its key in Redis
+	Owner   string        // free text of the holder (WithOwner; host/pid by default)
+	Token   string        // the holder's token: show TokenPrefix, never the whole
+	Fence   int64         // the holder's fencing token
+	Since   time.Time     // when this holder acquired it (the holder's clock)
+	Lease   time.Duration // the lease the holder asked for (its TTL)
+	TTL     time.Duration // what is left of the lease now
+	Waiters int64         // clients lined up for it in Redis
+}
+
+// TokenPrefix is the first 8 characters of the token: enough to tell two
+// acquisitions apart on a screen, too little to release the lock with.
+func (i LockInfo) TokenPrefix() string {
+	if len(i.Token) > 8 {
+		return i.Token[:8]
+	}
+	return i.Token
+}
+
+// Age is how long the lock has been held at now.
+func (i LockInfo) Age(now time.Time) time.Duration { return now.Sub(i.Since) }
+
+// List returns the locks held now whose name matches the glob pattern match
+// ("" or "*" for all), at most limit of them (0 for no limit). It walks the
+// keyspace with SCAN (never KEYS), on every primary of a Cluster, so it does
+// not block Redis; on a big keyspace it takes a while.
+func (c *Client) List(ctx context.Context, match string, limit int) ([]LockInfo, error) {
+	if err := c.checkUsable(ctx); err != nil {
+		return nil, fmt.Errorf("dlock: list: %w", err)
+	}
+	if match == "" {
+		match = "*"
+	}
+	pattern := c.cfg.prefix + "{" + match + "}"
+	var names []string
+	seen := map[string]bool{}
+	scan := func(ctx context.Context, node redis.UniversalClient) error {
+		it := node.ScanType(ctx, 0, pattern, 1000, "hash").Iterator()
+		for it.Next(ctx) {
+			name, ok := c.nameOf(it.Val())
+			if ok && !seen[name] {
+				seen[name] = true
+				names = append(names, name)
+			}
+			if limit > 0 && len(names) >= limit {
+				return errEnough
+			}
+		}
+		return it.Err()
+	}
+	var err error
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex // primaries are scanned in parallel; names is shared
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return scan(ctx, node)
+		})
+	} else {
+		err = scan(ctx, c.rdb)
+	}
+	if err != nil && !errors.Is(err, errEnough) {
+		return nil, fmt.Errorf("dlock: list %q: %w", match, err)
+	}
+	infos := make([]LockInfo, 0, len(names))
+	// One pipeline per batch of names rather than a round trip per lock.
+	for batch := range slices.Chunk(names, 200) {
+		got, err := c.inspect(ctx, batch)
+		if err != nil {
+			return nil, fmt.Errorf("dlock: list %q: %w", match, err)
+		}
+		infos = append(infos, got...)
+	}
+	return infos, nil
+}
+
+var errEnough = errors.New("enough")
+
+// nameOf returns the lock name of a lock key, or false for other keys.
+func (c *Client) nameOf(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, c.cfg.prefix+"{")
+	if !ok || !strings.HasSuffix(rest, "}") {
+		return "", false
+	}
+	return rest[:len(rest)-1], true
+}
+
+// Inspect returns what Redis holds for the lock name, or ErrNotLocked.
+func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
+	if err := checkName(name); err != nil {
+		return LockInfo{}, opError("inspect", name, err)
+	}
+	if err := c.checkUsable(ctx); err != nil {
+		return LockInfo{}, opError("inspect", name, err)
+	}
+	infos, err := c.inspect(ctx, []string{name})
+	if err != nil {
+		return LockInfo{}, opError("inspect", name, err)
+	}
+	if len(infos) == 0 {
+		return LockInfo{}, opError("inspect", name, ErrNotLocked)
+	}
+	return infos[0], nil
+}
+
+// inspect reads the locks of names in one pipeline, leaving out those that
+// are not held (released since a scan saw them).
+func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error) {
+	type reads struct {
+		k       keys
+		h       *redis.MapStringStringCmd
+		pttl    *redis.DurationCmd
+		waiters *redis.IntCmd
+	}
+	pipe := c.rdb.Pipeline()
+	rs := make([]reads, len(names))
+	for i, name := range names {
+		k := c.keys(name)
+		rs[i] = reads{k: k, h: pipe.HGetAll(ctx, k.lock), pttl: pipe.PTTL(ctx, k.lock), waiters: pipe.ZCard(ctx, k.queue)}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, redisError(err)
+	}
+	var infos []LockInfo
+	for i, r := range rs {
+		f := r.h.Val()
+		if f["token"] == "" {
+			continue
+		}
+		fence, _ := strconv.ParseInt(f["fence"], 10, 64)
+		since, _ := strconv.ParseInt(f["since"], 10, 64)
+		lease, _ := strconv.ParseInt(f["ttl"], 10, 64)
+		infos = append(infos, LockInfo{
+			Name: names[i], Key: r.k.lock, Owner: f["owner"], Token: f["token"], Fence: fence,
+			Since: time.UnixMilli(since), Lease: time.Duration(lease) * time.Millisecond,
+			TTL: r.pttl.Val(), Waiters: r.waiters.Val(),
+		})
+	}
+	return infos, nil
+}
+
+// ForceUnlock deletes the lock name if its token is still token, hands it to
+// the next waiter as a release would, and returns what it removed. Taking the
+// token the caller was shown (from Inspect or List) makes it a
+// compare-and-delete: a lock that changed hands since is left alone
+// (ErrNotHeld).
+//
+// It breaks mutual exclusion if the holder is alive: the holder learns at its
+// next renewal and its context is cancelled, but work it does until then
+// overlaps with the next holder's. Use fencing where that matters.
+func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo, error) {
+	info, err := c.Inspect(ctx, name)
+	if err != nil {
+		return LockInfo{}, err
+	}
+	if info.Token != token {
+		return info, opError("force unlock", name, ErrNotHeld)
+	}
+	res, err := c.runRelease(ctx, c.keys(name), token, "")
+	if err != nil {
+		return info, opError("force unlock", name, redisError(err))
+	}
+	if res != 1 {
+		return info, opError("force unlock", name, ErrNotHeld)
+	}
+	return info, nil
+}
