@@ -18,11 +18,13 @@ import (
 // The attempt is one round trip: one script checks, writes the lock hash with
 // its TTL and hands out the next fencing token atomically.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
+	start := time.Now()
 	ac, err := c.prepare(ctx, name, opts)
-	if err != nil {
-		return nil, err
+	var l *Lock
+	if err == nil {
+		l, _, err = c.attempt(ctx, name, ac, newToken(), nil)
 	}
-	l, _, err := c.attempt(ctx, name, ac, newToken(), nil)
+	c.cfg.observers.acquire(ctx, name, start, l, err)
 	return l, err
 }
 
@@ -41,6 +43,13 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 // crashed holder releases nothing) and renews its place in line on a
 // jittered timer; a waiter that stops renewing (it crashed) is skipped.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
+	start := time.Now()
+	l, err := c.acquire(ctx, name, opts)
+	c.cfg.observers.acquire(ctx, name, start, l, err)
+	return l, err
+}
+
+func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption) (*Lock, error) {
 	ac, err := c.prepare(ctx, name, opts)
 	if err != nil {
 		return nil, err
@@ -279,5 +288,5 @@ func (c *Client) waitError(ctx, wctx context.Context, name string, holder time.D
 // gaveUp is the error of a wait that ended without the lock: busy, and also
 // the caller's context error when that context ended it.
 func (c *Client) gaveUp(ctx context.Context, name string, holder time.Duration) error {
-	return &NotObtainedError{Name: name, HolderTTL: holder, cause: ctx.Err()}
+	return &NotObtainedError{Name: name, HolderTTL: holder, cause: ctx.Err(), waited: ctx.Err() == nil}
 }

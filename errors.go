@@ -58,7 +58,8 @@ type NotObtainedError struct {
 	// which only happens when something other than dlock wrote it.
 	HolderTTL time.Duration
 
-	cause error // the context's error, when it ended the wait
+	cause  error // the context's error, when it ended the wait
+	waited bool  // the wait limit ended the wait
 }
 
 func (e *NotObtainedError) Error() string {

@@ -24,6 +24,7 @@ type Lock struct {
 	token   string
 	fence   int64
 	renew   bool          // the client's renewal loop keeps it alive
+	start   time.Time     // when it was acquired (send time), for held times
 	maxHold time.Duration // WithMaxHold, or 0
 	hold    time.Time     // no lease beyond this when maxHold is set
 
@@ -58,7 +59,7 @@ const (
 )
 
 func (c *Client) newLock(ctx context.Context, name string, k keys, token string, fence int64, ac acquireConfig, sent time.Time) *Lock {
-	l := &Lock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, ttl: ac.ttl, leased: sent, index: -1}
+	l := &Lock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, start: sent, ttl: ac.ttl, leased: sent, index: -1}
 	if ac.maxHold > 0 {
 		l.maxHold, l.hold = ac.maxHold, sent.Add(ac.maxHold)
 	}
@@ -154,7 +155,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return opError("refresh", l.name, redisError(err))
 	}
 	if ok != 1 {
-		l.lose(fmt.Errorf("%w: refresh found the lock gone or taken over", ErrLockLost))
+		l.lose(ReasonTakenOver, fmt.Errorf("%w: refresh found the lock gone or taken over", ErrLockLost))
 		return opError("refresh", l.name, ErrNotHeld)
 	}
 	l.confirm(sent, ttl)
@@ -190,20 +191,29 @@ func (l *Lock) release(ctx context.Context) error {
 	}
 	l.c.renewer.remove(l)
 	res, err := l.c.runRelease(ctx, l.keys, l.token, "")
-	if err != nil {
+	e := ReleaseEvent{Name: l.name, Held: time.Since(l.start), AfterLoss: l.is(lost)}
+	switch {
+	case err != nil:
 		// State unknown: the caller may try again, and a re-sent release
 		// that finds its own tombstone still reports success. Until then
 		// the lease deadline still ends the lock's context.
-		return opError("release", l.name, redisError(err))
+		err = opError("release", l.name, redisError(err))
+		e.Result = ResultError
+	case res == 1 || res == 2: // 2: this token's release had already run (a re-sent command)
+		e.Result = ResultOK
+	case res == 0:
+		err = opError("release", l.name, ErrNotHeld)
+		e.Result = ResultNotHeld
+	default:
+		err = opError("release", l.name, fmt.Errorf("unexpected reply %d", res))
+		e.Result = ResultError
 	}
-	l.end(released, ErrReleased)
-	switch res {
-	case 1, 2: // 2: this token's release had already run (a re-sent command)
-		return nil
-	case 0:
-		return opError("release", l.name, ErrNotHeld)
+	if e.Result != ResultError {
+		l.end(released, "", ErrReleased)
 	}
-	return opError("release", l.name, fmt.Errorf("unexpected reply %d", res))
+	e.Err = err
+	l.c.cfg.observers.release(ctx, e)
+	return err
 }
 
 // runRelease runs the release script: it frees the lock if token still holds
@@ -265,8 +275,10 @@ func (l *Lock) leaseEnded() {
 		return
 	}
 	var cause error
+	reason := ReasonExpired
 	switch {
 	case l.holdDone:
+		reason = ReasonHoldLimit
 		cause = fmt.Errorf("%w: %w of %v reached", ErrLockLost, ErrHoldLimit, l.maxHold)
 	case !l.renew:
 		cause = fmt.Errorf("%w: lease of %v ran out (renewal off)", ErrLockLost, l.ttl)
@@ -274,16 +286,17 @@ func (l *Lock) leaseEnded() {
 		cause = fmt.Errorf("%w: no renewal confirmed before the lease deadline", ErrLockLost)
 	}
 	l.mu.Unlock()
-	l.lose(cause)
+	l.lose(reason, cause)
 }
 
 // lose marks the lock lost and cancels its context with cause.
-func (l *Lock) lose(cause error) {
-	l.end(lost, cause)
+func (l *Lock) lose(reason string, cause error) {
+	l.end(lost, reason, cause)
 }
 
-// end moves a held lock to released or lost, once.
-func (l *Lock) end(to lockState, cause error) {
+// end moves a held lock to released or lost, once; a loss is reported to
+// the observers.
+func (l *Lock) end(to lockState, reason string, cause error) {
 	l.mu.Lock()
 	from := l.state
 	if from == released || (from == lost && to == lost) {
@@ -299,6 +312,9 @@ func (l *Lock) end(to lockState, cause error) {
 	l.mu.Unlock()
 	if cancel != nil {
 		cancel(cause)
+	}
+	if to == lost {
+		l.c.cfg.observers.lost(LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), Cause: cause})
 	}
 	l.c.renewer.remove(l)
 	l.c.untrack(l)

@@ -41,6 +41,7 @@ type config struct {
 	minTTL, maxTTL time.Duration
 	owner          string
 	releaseTimeout time.Duration
+	observers      observers
 	err            error // first invalid option, reported by every call
 }
 

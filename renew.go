@@ -275,6 +275,7 @@ func (r *renewer) settle(j *renewal) {
 	ok, err := j.cmd.Int64()
 	switch {
 	case err == nil && ok == 1:
+		r.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultOK})
 		l.confirm(j.sent, j.ttl)
 		r.mu.Lock()
 		l.failures = 0
@@ -286,8 +287,10 @@ func (r *renewer) settle(j *renewal) {
 			r.schedule(l, renewAt(j.sent, j.ttl))
 		}
 	case err == nil:
-		l.lose(fmt.Errorf("%w: renewal found the lock gone or taken over", ErrLockLost))
+		r.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultLost})
+		l.lose(ReasonTakenOver, fmt.Errorf("%w: renewal found the lock gone or taken over", ErrLockLost))
 	default:
+		r.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultError, Err: err})
 		// Unanswered: try again soon, with backoff. The deadline timer
 		// ends the lock if no renewal gets through in time.
 		r.mu.Lock()

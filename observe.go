@@ -1,0 +1,187 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Observer receives what happens to a client's locks, for metrics, traces
+// and logs (dlockprom, dlockotel, WithLogger). Methods run synchronously on
+// the caller's goroutine, or on the renewal loop's: they must be quick and
+// must not block or call back into the Client. Events carry the lock's name,
+// never its token.
+type Observer interface {
+	// OnAcquire follows every Acquire and TryAcquire, successful or not.
+	OnAcquire(ctx context.Context, e AcquireEvent)
+	// OnRenew follows every background renewal of a lock.
+	OnRenew(e RenewEvent)
+	// OnLost follows the loss of a held lock, at most once per lock.
+	OnLost(e LostEvent)
+	// OnRelease follows every Release, also one that failed with a Redis
+	// error (ResultError: the lock may still be held, the caller may retry).
+	OnRelease(ctx context.Context, e ReleaseEvent)
+}
+
+// Results and reasons, as label values: short, lower case, a fixed set.
+const (
+	ResultAcquired  = "acquired"  // the lock was taken
+	ResultBusy      = "busy"      // held by another; a single attempt gave up
+	ResultTimeout   = "timeout"   // the wait limit or ctx's deadline passed
+	ResultCancelled = "cancelled" // ctx was cancelled
+	ResultError     = "error"     // Redis failed, or bad input
+
+	ResultOK      = "ok"       // renewed, or released
+	ResultLost    = "lost"     // a renewal found the lock gone
+	ResultNotHeld = "not_held" // released, but it was no longer ours
+
+	ReasonTakenOver = "taken_over" // the token in Redis was gone or another's
+	ReasonExpired   = "expired"    // no renewal confirmed before the lease deadline
+	ReasonHoldLimit = "hold_limit" // WithMaxHold ended it
+)
+
+// AcquireEvent is one Acquire or TryAcquire.
+type AcquireEvent struct {
+	Name   string
+	Result string        // ResultAcquired, ResultBusy, ResultTimeout, ResultCancelled, ResultError
+	Wait   time.Duration // from the call to its result
+	Fence  int64         // the fence handed out, when acquired
+	Err    error         // the error returned, unless acquired
+}
+
+// RenewEvent is one background renewal of a lock.
+type RenewEvent struct {
+	Name   string
+	Result string // ResultOK, ResultLost, ResultError
+	Err    error  // the Redis error, for ResultError
+}
+
+// LostEvent is the loss of a held lock.
+type LostEvent struct {
+	Name   string
+	Reason string        // ReasonTakenOver, ReasonExpired, ReasonHoldLimit
+	Held   time.Duration // from acquisition to the loss
+	Cause  error         // the cause given to the lock's context
+}
+
+// ReleaseEvent is one Release.
+type ReleaseEvent struct {
+	Name   string
+	Result string        // ResultOK, ResultNotHeld, ResultError
+	Held   time.Duration // from acquisition to the release
+	// AfterLoss: the lock had been reported lost before (an OnLost event),
+	// so this release does not end a held lock a second time.
+	AfterLoss bool
+	Err       error
+}
+
+// WithObserver adds an observer of the client's locks. Several may be added;
+// each gets every event.
+func WithObserver(o Observer) Option {
+	return optionFunc(func(c *config) {
+		if o != nil {
+			c.observers = append(c.observers, o)
+		}
+	})
+}
+
+// WithLogger logs through l: lost locks and failed renewals at Warn, failed
+// acquisitions and releases (other than busy) at Warn, the rest at Debug.
+// Tokens are never logged, fences are.
+func WithLogger(l *slog.Logger) Option {
+	return WithObserver(logObserver{l: l})
+}
+
+// observers fans events out; a nil observers costs one length check.
+type observers []Observer
+
+func (os observers) acquire(ctx context.Context, name string, start time.Time, l *Lock, err error) {
+	if len(os) == 0 {
+		return
+	}
+	e := AcquireEvent{Name: name, Wait: time.Since(start), Err: err}
+	switch {
+	case err == nil:
+		e.Result, e.Fence = ResultAcquired, l.fence
+	case errors.Is(err, context.Canceled):
+		e.Result = ResultCancelled
+	case errors.Is(err, context.DeadlineExceeded):
+		e.Result = ResultTimeout
+	case errors.Is(err, ErrNotObtained):
+		var busy *NotObtainedError
+		e.Result = ResultBusy
+		if errors.As(err, &busy) && busy.waited {
+			e.Result = ResultTimeout
+		}
+	default:
+		e.Result = ResultError
+	}
+	for _, o := range os {
+		o.OnAcquire(ctx, e)
+	}
+}
+
+func (os observers) renew(e RenewEvent) {
+	for _, o := range os {
+		o.OnRenew(e)
+	}
+}
+
+func (os observers) lost(e LostEvent) {
+	for _, o := range os {
+		o.OnLost(e)
+	}
+}
+
+func (os observers) release(ctx context.Context, e ReleaseEvent) {
+	for _, o := range os {
+		o.OnRelease(ctx, e)
+	}
+}
+
+// logObserver is WithLogger.
+type logObserver struct{ l *slog.Logger }
+
+func (o logObserver) OnAcquire(ctx context.Context, e AcquireEvent) {
+	level := slog.LevelDebug
+	if e.Result == ResultError {
+		level = slog.LevelWarn
+	}
+	attrs := []slog.Attr{slog.String("lock", e.Name), slog.String("result", e.Result), slog.Duration("wait", e.Wait)}
+	if e.Result == ResultAcquired {
+		attrs = append(attrs, slog.Int64("fence", e.Fence))
+	} else if e.Err != nil {
+		attrs = append(attrs, slog.String("error", e.Err.Error()))
+	}
+	o.l.LogAttrs(ctx, level, "dlock acquire", attrs...)
+}
+
+func (o logObserver) OnRenew(e RenewEvent) {
+	if e.Result == ResultOK {
+		return // thousands a second with many locks: nothing to act on
+	}
+	attrs := []slog.Attr{slog.String("lock", e.Name), slog.String("result", e.Result)}
+	if e.Err != nil {
+		attrs = append(attrs, slog.String("error", e.Err.Error()))
+	}
+	o.l.LogAttrs(context.Background(), slog.LevelWarn, "dlock renewal failed", attrs...)
+}
+
+func (o logObserver) OnLost(e LostEvent) {
+	o.l.LogAttrs(context.Background(), slog.LevelWarn, "dlock lock lost",
+		slog.String("lock", e.Name), slog.String("reason", e.Reason),
+		slog.Duration("held", e.Held), slog.String("cause", e.Cause.Error()))
+}
+
+func (o logObserver) OnRelease(ctx context.Context, e ReleaseEvent) {
+	level := slog.LevelDebug
+	if e.Result == ResultError || (e.Result == ResultNotHeld && !e.AfterLoss) {
+		level = slog.LevelWarn
+	}
+	attrs := []slog.Attr{slog.String("lock", e.Name), slog.String("result", e.Result), slog.Duration("held", e.Held)}
+	if e.Err != nil {
+		attrs = append(attrs, slog.String("error", e.Err.Error()))
+	}
+	o.l.LogAttrs(ctx, level, "dlock release", attrs...)
+}

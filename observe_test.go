@@ -1,0 +1,127 @@
+package dlock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// recorder keeps every event it is given.
+type recorder struct {
+	mu       sync.Mutex
+	acquires []dlock.AcquireEvent
+	renews   []dlock.RenewEvent
+	losses   []dlock.LostEvent
+	releases []dlock.ReleaseEvent
+}
+
+func (r *recorder) OnAcquire(_ context.Context, e dlock.AcquireEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acquires = append(r.acquires, e)
+}
+func (r *recorder) OnRenew(e dlock.RenewEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.renews = append(r.renews, e)
+}
+func (r *recorder) OnLost(e dlock.LostEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.losses = append(r.losses, e)
+}
+func (r *recorder) OnRelease(_ context.Context, e dlock.ReleaseEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.releases = append(r.releases, e)
+}
+
+func (r *recorder) acquireResults() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.acquires {
+		out = append(out, e.Result)
+	}
+	return out
+}
+
+func TestObserverEvents(t *testing.T) {
+	rec := &recorder{}
+	c, rdb, _ := setup(t, dlock.WithObserver(rec))
+	l := mustAcquire(t, c, "obs", dlock.WithTTL(300*time.Millisecond))
+	c.TryAcquire(bg, "obs")
+	c.Acquire(bg, "obs", dlock.WithWait(50*time.Millisecond))
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	c.Acquire(ctx, "obs")
+	c.TryAcquire(bg, "")
+	want := []string{dlock.ResultAcquired, dlock.ResultBusy, dlock.ResultTimeout, dlock.ResultCancelled, dlock.ResultError}
+	if got := rec.acquireResults(); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("acquire results %v, want %v", got, want)
+	}
+	if rec.acquires[0].Fence != l.Fence() || rec.acquires[0].Name != "obs" {
+		t.Fatalf("acquired event %+v", rec.acquires[0])
+	}
+
+	waitFor(t, "a renewal", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.renews) > 0
+	})
+	rdb.HSet(bg, "dlock:{obs}", "token", "intruder")
+	<-l.Context().Done()
+	if err := l.Release(bg); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.losses) != 1 || rec.losses[0].Reason != dlock.ReasonTakenOver || rec.losses[0].Held <= 0 {
+		t.Fatalf("lost events %+v", rec.losses)
+	}
+	last := rec.renews[len(rec.renews)-1]
+	if rec.renews[0].Result != dlock.ResultOK || last.Result != dlock.ResultLost {
+		t.Fatalf("renew events %+v", rec.renews)
+	}
+	if len(rec.releases) != 1 || rec.releases[0].Result != dlock.ResultNotHeld || !rec.releases[0].AfterLoss {
+		t.Fatalf("release events %+v", rec.releases)
+	}
+}
+
+func TestLoggerWarnsOnLossWithoutToken(t *testing.T) {
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, rdb, _ := setup(t, dlock.WithLogger(logger))
+	l := mustAcquire(t, c, "logged", dlock.WithTTL(300*time.Millisecond))
+	rdb.Del(bg, "dlock:{logged}")
+	<-l.Context().Done()
+	_ = l.Release(bg)
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if !strings.Contains(out, `level=WARN msg="dlock lock lost" lock=logged reason=taken_over`) {
+		t.Fatalf("no warning for the lost lock in:\n%s", out)
+	}
+	if strings.Contains(out, l.Token()) || strings.Contains(out, l.Token()[:8]) {
+		t.Fatalf("token in the log:\n%s", out)
+	}
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}
