@@ -94,6 +94,9 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 	if err == nil && ac.wait < 0 {
 		err = fmt.Errorf("dlock: wait %v is negative", ac.wait)
 	}
+	if err == nil && (ac.replicas < 0 || (ac.replicas > 0 && ac.replicaWait <= 0)) {
+		err = fmt.Errorf("dlock: WithReplicas(%d, %v) needs n >= 0 and a positive timeout", ac.replicas, ac.replicaWait)
+	}
 	if err == nil && ac.maxHold < 0 {
 		err = fmt.Errorf("dlock: max hold %v is negative", ac.maxHold)
 	}
@@ -117,8 +120,15 @@ func (c *Client) attempt(ctx context.Context, name string, ac acquireConfig, tok
 		waiter, prev = c.id, q.entry
 	}
 	sent := time.Now()
-	res, err := scripts.Acquire.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue},
-		token, ms(ac.ttl), c.cfg.owner, waiter, ms(waiterAlive(ac.ttl)), sent.UnixMilli(), prev).Slice()
+	args := []any{token, ms(ac.ttl), c.cfg.owner, waiter, ms(waiterAlive(ac.ttl)), sent.UnixMilli(), prev}
+	var res []any
+	var acked int64
+	var err error
+	if ac.replicas > 0 {
+		res, acked, err = c.scriptWithWait(ctx, k, ac, args)
+	} else {
+		res, err = scripts.Acquire.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue}, args...).Slice()
+	}
 	if err != nil {
 		return nil, 0, opError("acquire", name, redisError(err))
 	}
@@ -136,7 +146,13 @@ func (c *Client) attempt(ctx context.Context, name string, ac acquireConfig, tok
 	if q != nil {
 		q.entry = "" // the script dropped it
 	}
-	return c.newLock(ctx, name, k, token, n, ac, sent), 0, nil
+	l := c.newLock(ctx, name, k, token, n, ac, sent)
+	if ac.replicas > 0 {
+		if err := c.checkReplicated(ctx, l, ac, acked); err != nil {
+			return nil, 0, err
+		}
+	}
+	return l, 0, nil
 }
 
 // queued is a waiter's entry in the Redis queue, as the last attempt left it.

@@ -126,6 +126,9 @@ type acquireConfig struct {
 	wait    time.Duration
 	renew   bool
 	maxHold time.Duration
+
+	replicas    int           // WithReplicas: acknowledgements to wait for
+	replicaWait time.Duration // and how long
 }
 
 // WithTTL sets the lock's lease: how long Redis keeps the lock if the holder
