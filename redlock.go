@@ -54,15 +54,15 @@ func (r *Redlock) Close(ctx context.Context) error {
 // surface of Lock. Its lease is the validity of the quorum: the TTL less the
 // time the acquisition took and a drift allowance (TTL/100 + 2ms).
 type MultiLock struct {
-	r     *Redlock
-	name  string
-	token string
-	mu     sync.Mutex
-	locks  []*Lock // per node, nil where not acquired
-	ended  bool    // released, or the acquisition failed
-	valid  time.Time // end of the quorum's validity
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	r        *Redlock
+	name     string
+	token    string
+	mu       sync.Mutex
+	locks    []*Lock   // per node, nil where not acquired
+	ended    bool      // released, or the acquisition failed
+	valid    time.Time // end of the quorum's validity
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
 	done     chan struct{} // closed when the renewal goroutine exits
 	stop     chan struct{}
 	stopOnce sync.Once

@@ -46,7 +46,9 @@ func TestRenewalKeepsShortLeaseHeld(t *testing.T) {
 
 func TestManyLocksOneRenewalLoop(t *testing.T) {
 	const n = 10000
-	const ttl = 1 * time.Second
+	// Long enough that a loaded 2-core machine (race detector, parallel
+	// packages) renews 10,000 locks in time; the point is batching.
+	const ttl = 2 * time.Second
 	_, rdb, srv := setup(t)
 	var trips atomic.Int64
 	own := srv.Client(t)
@@ -89,12 +91,12 @@ func TestManyLocksOneRenewalLoop(t *testing.T) {
 	for i, l := range locks {
 		cmds[i] = pipe.HGet(bg, "dlock:{"+l.Name()+"}", "token")
 	}
-	if _, err := pipe.Exec(bg); err != nil {
+	if _, err := pipe.Exec(bg); err != nil && !errors.Is(err, redis.Nil) {
 		t.Fatal(err)
 	}
 	for i, l := range locks {
 		if cmds[i].Val() != l.Token() || l.Context().Err() != nil {
-			t.Fatalf("lock %s lost while %d locks were renewed", l.Name(), n)
+			t.Fatalf("lock %s lost while %d locks were renewed: %v", l.Name(), n, context.Cause(l.Context()))
 		}
 	}
 	t.Logf("%d locks with a %v TTL: %.1f renewal round trips/s; goroutines with 1 lock %d, with %d locks %d",
