@@ -271,6 +271,20 @@ func handedTo(msg, token string) (int64, bool) {
 // the caller starts work.
 func (c *Client) handedOver(ctx context.Context, name string, k keys, token string, fence int64, ac acquireConfig, lastSeen time.Time) (*Lock, error) {
 	l := c.newLock(ctx, name, k, token, fence, ac, lastSeen)
+	if ac.replicas > 0 {
+		// The releaser wrote the hand-off on its own connection; a WAIT
+		// after our refresh on ours covers it too, replication being in
+		// order.
+		acked, err := c.refreshWithWait(ctx, l, ac)
+		if err == nil {
+			err = c.checkReplicated(ctx, l, ac, acked)
+		}
+		if err != nil {
+			_ = l.Release(ctx)
+			return nil, err
+		}
+		return l, nil
+	}
 	if time.Since(lastSeen) > ac.ttl/2 {
 		if err := l.Refresh(ctx, ac.ttl); err != nil {
 			return nil, err

@@ -51,47 +51,79 @@ func WithReplicas(n int, timeout time.Duration) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.replicas, c.replicaWait = n, timeout })
 }
 
+// refreshWithWait refreshes a handed-over lock and waits for replicas in one
+// pipeline, like scriptWithWait.
+func (c *Client) refreshWithWait(ctx context.Context, l *Lock, ac acquireConfig) (int64, error) {
+	sent := time.Now()
+	res, acked, err := c.withWait(ctx, l.keys.lock, ac, func(pipe redis.Pipeliner, source bool) *redis.Cmd {
+		keys, args := []string{l.keys.lock}, []any{l.token, ms(ac.ttl)}
+		if source {
+			return scripts.Refresh.Eval(ctx, pipe, keys, args...)
+		}
+		return scripts.Refresh.EvalSha(ctx, pipe, keys, args...)
+	})
+	if err != nil {
+		return 0, opError("acquire", l.name, redisError(err))
+	}
+	if n, _ := res.(int64); n != 1 {
+		return 0, opError("acquire", l.name, ErrNotHeld)
+	}
+	l.confirm(sent, ac.ttl)
+	return acked, nil
+}
+
 // scriptWithWait runs the acquire script and WAIT on one connection in one
 // pipeline: Redis refuses WAIT inside a script, and WAIT counts the writes of
 // the connection it is sent on.
 func (c *Client) scriptWithWait(ctx context.Context, k keys, ac acquireConfig, args []any) ([]any, int64, error) {
+	keys := []string{k.lock, k.fence, k.queue}
+	res, acked, err := c.withWait(ctx, k.lock, ac, func(pipe redis.Pipeliner, source bool) *redis.Cmd {
+		if source {
+			return scripts.Acquire.Eval(ctx, pipe, keys, args...)
+		}
+		return scripts.Acquire.EvalSha(ctx, pipe, keys, args...)
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	reply, ok := res.([]any)
+	if !ok {
+		return nil, 0, fmt.Errorf("unexpected reply %v", res)
+	}
+	return reply, acked, nil
+}
+
+// withWait sends script (by SHA, or by source after NOSCRIPT) and WAIT in
+// one pipeline on the connection of key's node, and returns the script's
+// reply and the number of replicas that acknowledged.
+func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, script func(pipe redis.Pipeliner, source bool) *redis.Cmd) (any, int64, error) {
 	var conn redis.Cmdable = c.rdb
 	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		node, err := cc.MasterForKey(ctx, k.lock)
+		node, err := cc.MasterForKey(ctx, key)
 		if err != nil {
 			return nil, 0, err
 		}
 		conn = node
 	}
-	keys := []string{k.lock, k.fence, k.queue}
-	run := func(source bool) (*redis.Cmd, *redis.Cmd, error) {
+	run := func(source bool) (*redis.Cmd, *redis.Cmd) {
 		pipe := conn.Pipeline()
-		var ev *redis.Cmd
-		if source {
-			ev = scripts.Acquire.Eval(ctx, pipe, keys, args...)
-		} else {
-			ev = scripts.Acquire.EvalSha(ctx, pipe, keys, args...)
-		}
+		ev := script(pipe, source)
 		wait := pipe.Do(ctx, "WAIT", ac.replicas, ms(ac.replicaWait))
-		_, err := pipe.Exec(ctx)
-		return ev, wait, err
+		_, _ = pipe.Exec(ctx) // errors are read per command
+		return ev, wait
 	}
-	ev, wait, _ := run(false)
+	ev, wait := run(false)
 	if redis.HasErrorPrefix(ev.Err(), "NOSCRIPT") {
-		ev, wait, _ = run(true)
+		ev, wait = run(true)
 	}
-	if ev.Err() != nil {
-		return nil, 0, ev.Err()
-	}
-	if err := wait.Err(); err != nil {
+	if err := ev.Err(); err != nil {
 		return nil, 0, err
 	}
 	acked, err := wait.Int64()
 	if err != nil {
 		return nil, 0, err
 	}
-	res, err := ev.Slice()
-	return res, acked, err
+	return ev.Val(), acked, nil
 }
 
 // checkReplicated releases a lock that too few replicas acknowledged.

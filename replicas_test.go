@@ -26,7 +26,20 @@ func TestWithReplicas(t *testing.T) {
 	if got := replica.Client(t).HGet(bg, "dlock:{rep}", "token").Val(); got != l.Token() {
 		t.Fatalf("replica has token %q right after the acknowledged acquire", got)
 	}
+	// A lock handed over by a release is confirmed the same way.
+	got := make(chan error, 1)
+	go func() {
+		w, err := newLocker(t, rdb).Acquire(bg, "rep", dlock.WithReplicas(1, time.Second), dlock.WithWait(5*time.Second))
+		if err == nil && replica.Client(t).HGet(bg, "dlock:{rep}", "token").Val() != w.Token() {
+			err = errors.New("replica lacks the handed-over lock")
+		}
+		got <- err
+	}()
+	waitFor(t, "waiter queued", func() bool { return rdb.ZCard(bg, "dlock:{rep}:q").Val() == 1 })
 	_ = l.Release(bg)
+	if err := <-got; err != nil {
+		t.Fatalf("hand-off with WithReplicas: %v", err)
+	}
 
 	// Asking for two when there is one: too few acknowledgements, released.
 	_, err = c.Acquire(bg, "rep2", dlock.WithReplicas(2, 100*time.Millisecond))
