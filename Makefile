@@ -16,8 +16,8 @@ demo: deps
 
 test: deps fmt-check vet staticcheck gotest
 
-# redis-server (and redis-cli, redis-sentinel for the topology tests) from
-# Debian's packages, only when missing.
+# redis-server (and redis-cli, redis-sentinel for the topology tests) and
+# chromium from Debian's packages, only when missing.
 deps:
 	@if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null || ! command -v redis-sentinel >/dev/null; then \
 		echo "installing redis-server, redis-tools and redis-sentinel from Debian's packages"; \
@@ -26,6 +26,13 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools redis-sentinel >/dev/null; \
 	fi
 	@redis-server --version
+	@# Debian's Chromium, for the admin view's end-to-end browser test.
+	@if ! command -v chromium >/dev/null; then \
+		echo "installing chromium from Debian's packages (browser test of the admin view)"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
+	fi
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

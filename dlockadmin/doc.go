@@ -1,0 +1,113 @@
+// Package dlockadmin is an operator's view of the locks held in a Redis: who
+// holds what, for how long, with how many waiting; and, when enabled, a
+// guarded force unlock for a holder that is stuck or dead.
+//
+//	locker := dlock.New(rdb)
+//	admin := dlockadmin.NewHandler(locker) // read-only
+//	// or, with force unlock guarded by an admin token:
+//	admin = dlockadmin.NewHandler(locker, dlockadmin.WithForceUnlock(os.Getenv("DLOCK_ADMIN_TOKEN")))
+//	http.ListenAndServe("127.0.0.1:9090", admin)
+//
+// NewServeMux adds /metrics, /healthz and /readyz, for `dlock serve`.
+//
+// # Routes
+//
+//   - GET / — an HTML page, rendered on the server (no JavaScript, no
+//     external assets): a filter form, the held locks (name, owner, token
+//     prefix, fence, lease left, age, waiters), the "Hottest names" (most
+//     waiters) and the "Longest holders", and when it was generated.
+//   - GET /api/locks?match=PATTERN&limit=N — the same as JSON:
+//     {"locks": [...], "hottest": [...], "longest": [...], "match", "limit",
+//     "truncated", "generated_at"}, each lock as {name, owner, token_prefix,
+//     fence, ttl_ms, lease_ms, age_ms, since, waiters}. match is a Redis glob
+//     on lock names ("" for all); limit is 1 to WithLimit's bound, by
+//     default that bound. "truncated" says more locks matched than listed.
+//     "hottest" has the TopN listed locks with the most waiters (only those
+//     with any); "longest" the TopN held the longest.
+//   - GET /api/locks/{name} — one lock, or 404. A name with '/' may be sent
+//     as is or escaped as %2F.
+//   - POST /api/locks/{name}/unlock?fence=N — force unlock for API clients,
+//     with "Authorization: Bearer <admin token>". fence may also come in a
+//     form body; a name with '/' must be escaped as %2F here. Answers
+//     {"removed": lock}, or on 409 {"error", "current": lock}.
+//   - POST /unlock — the same for the HTML page's forms (fields name, fence,
+//     admin_token); answers the page with the result on top.
+//
+// A full lock token never leaves the server: it would let its reader release
+// the lock. Pages and JSON carry its first 8 characters only.
+//
+// # Force unlock
+//
+// Force unlock removes a lock from under its holder and hands it to the next
+// waiter, as a release would. It breaks mutual exclusion if the holder is
+// alive: the holder learns at its next renewal, and what it does until then
+// overlaps with the next holder. It is for holders known to be dead or stuck,
+// in systems whose writes are fenced.
+//
+// It is off unless WithForceUnlock sets an admin token. An unlock names the
+// holder to remove by its fence, as the operator saw it on the page or in
+// the API: fences come from a per-name counter that never goes back, so a
+// fence names one acquisition of a lock forever (a token prefix could be
+// ambiguous; the full token is never shown). The server then reads the
+// lock's current token itself, checks that the fence still matches, and
+// calls dlock's ForceUnlock with that token, a compare-and-delete in Redis:
+// if the lock changed hands at any point after the operator looked, nothing
+// is removed and the answer is 409 Conflict with the current holder. A form
+// sent twice (a browser refresh) therefore cannot remove the next holder.
+//
+// Every attempt, refused or done, writes one audit line to the WithLogger
+// logger (slog.Default() by default): the remote address, the lock, the
+// fence the operator saw, the result and its reason, and the owner, fence
+// and token prefix of the holder removed (or of the holder found instead).
+// The remote address is the TCP peer: behind a reverse proxy it is the
+// proxy, whose own log then tells who asked.
+//
+// # Security
+//
+//   - The admin token is compared in constant time (crypto/subtle, on
+//     SHA-256 digests so that its length does not leak either). API clients
+//     send it as a bearer token. The HTML form cannot set headers without
+//     JavaScript, so it sends the token in a password field of the POST
+//     body; it is read from the body only, never from a query string, which
+//     would end up in access logs and browser history.
+//   - Cross-origin browser POSTs are refused with net/http's
+//     CrossOriginProtection (Sec-Fetch-Site, or Origin against Host): a page
+//     on another site cannot make an operator's browser post to an admin
+//     view on their loopback or intranet. Non-browser clients, which send
+//     neither header, are let through to the token check.
+//   - The page is served with a Content-Security-Policy that allows no
+//     script and no framing, and every response with Cache-Control: no-store.
+//   - Listings are bounded (WithLimit) and each request's Redis work is
+//     bounded by WithTimeout.
+//
+// Serve the handler on loopback, or behind TLS and authentication: the list
+// of lock names and owners may itself be sensitive, and the admin token
+// travels with every unlock.
+//
+// # Status codes
+//
+//   - 200 OK.
+//   - 400 Bad Request: a bad match or limit, an invalid lock name, a missing
+//     or malformed fence; the body says which.
+//   - 401 Unauthorized: no admin token, or the wrong one.
+//   - 403 Forbidden: force unlock is not enabled, or a cross-origin browser
+//     request.
+//   - 404 Not Found: nobody holds the lock.
+//   - 409 Conflict: the lock is held by another holder than the fence named
+//     (it changed hands); nothing was removed.
+//   - 500 Internal Server Error: the lock's key holds data dlock did not
+//     write.
+//   - 503 Service Unavailable: Redis did not answer in time, or the dlock
+//     Client is closed.
+//
+// An unlock is checked in this order: same origin, enabled, authenticated,
+// well-formed, then against Redis; so a caller without the admin token
+// learns nothing about the locks from an unlock's answer.
+//
+// # Limits
+//
+// A listing is a snapshot taken with SCAN while locks come and go: a lock
+// acquired or released during the walk may be missing or already gone.
+// Ages are measured from the acquisition time the holder wrote, on its own
+// clock; a holder whose clock runs ahead shows an age of zero.
+package dlockadmin

@@ -1,0 +1,240 @@
+package dlockadmin
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// maxMatchLength bounds the match pattern: a lock name is at most
+// dlock.MaxNameLength bytes, and a glob for one needs at most an escape per
+// byte.
+const maxMatchLength = 2 * dlock.MaxNameLength
+
+type handler struct {
+	c   *dlock.Client
+	cfg config
+	now func() time.Time // the clock ages are measured on; tests keep it real
+}
+
+// NewHandler returns the admin view of the locks held in c's Redis: a JSON
+// API and an HTML page (see the package documentation for the routes). It is
+// read-only unless WithForceUnlock is given.
+//
+// The handler uses absolute paths from its own root ("/", "/api/locks"); to
+// serve it under a prefix, strip the prefix (http.StripPrefix). The HTML
+// page's links and forms are relative, so they follow the prefix.
+func NewHandler(c *dlock.Client, opts ...Option) http.Handler {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if cfg.log == nil {
+		cfg.log = slog.Default()
+	}
+	h := &handler{c: c, cfg: cfg, now: time.Now}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", h.page)
+	mux.HandleFunc("POST /unlock", h.unlockForm)
+	mux.HandleFunc("GET /api/locks", h.list)
+	// {name...} so that a name with '/' can be typed as is; a link escapes
+	// it as %2F, which the mux decodes into the same value.
+	mux.HandleFunc("GET /api/locks/{name...}", h.inspect)
+	mux.HandleFunc("POST /api/locks/{name}/unlock", h.unlockAPI)
+
+	// Browsers send a form POST to any origin, with the operator's network
+	// position: a page elsewhere could post to a loopback admin view.
+	// CrossOriginProtection refuses such requests by Sec-Fetch-Site (or
+	// Origin against Host); safe methods and non-browser clients pass.
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(h.crossOrigin))
+	return cop.Handler(mux)
+}
+
+// lockJSON is one lock as the API shows it: never the full token, which
+// would let the reader release the lock.
+type lockJSON struct {
+	Name        string    `json:"name"`
+	Owner       string    `json:"owner"`
+	TokenPrefix string    `json:"token_prefix"`
+	Fence       int64     `json:"fence"`
+	TTLms       int64     `json:"ttl_ms"`   // lease left now; negative: no expiry
+	LeaseMs     int64     `json:"lease_ms"` // the lease the holder asked for
+	AgeMs       int64     `json:"age_ms"`   // since acquisition, on this server's clock
+	Since       time.Time `json:"since"`    // acquisition, on the holder's clock
+	Waiters     int64     `json:"waiters"`
+}
+
+func toJSON(i dlock.LockInfo, now time.Time) lockJSON {
+	return lockJSON{
+		Name: i.Name, Owner: i.Owner, TokenPrefix: i.TokenPrefix(), Fence: i.Fence,
+		TTLms: i.TTL.Milliseconds(), LeaseMs: i.Lease.Milliseconds(),
+		AgeMs: age(i, now).Milliseconds(), Since: i.Since.UTC(), Waiters: i.Waiters,
+	}
+}
+
+// age is how long i has been held at now, never negative: Since is on the
+// holder's clock, which may run ahead of ours.
+func age(i dlock.LockInfo, now time.Time) time.Duration { return max(i.Age(now), 0) }
+
+// snapshot is one listing with its rankings, shared by the API and the page.
+type snapshot struct {
+	Match       string
+	Limit       int
+	Truncated   bool // more locks matched than Limit
+	Locks       []dlock.LockInfo
+	Hottest     []dlock.LockInfo
+	Longest     []dlock.LockInfo
+	GeneratedAt time.Time
+}
+
+// query is a listing request after validation.
+type query struct {
+	match string
+	limit int
+}
+
+// parseQuery checks the match and limit parameters ("" for absent); its
+// errors are for the client's eyes.
+func (h *handler) parseQuery(match, limit string) (query, error) {
+	q := query{match: match, limit: h.cfg.limit}
+	if len(q.match) > maxMatchLength {
+		return q, fmt.Errorf("match pattern is %d bytes long; the maximum is %d", len(q.match), maxMatchLength)
+	}
+	if limit != "" {
+		n, err := strconv.Atoi(limit)
+		if err != nil || n < 1 || n > h.cfg.limit {
+			return q, fmt.Errorf("limit %q must be a whole number from 1 to %d", limit, h.cfg.limit)
+		}
+		q.limit = n
+	}
+	return q, nil
+}
+
+func (h *handler) snapshot(ctx context.Context, q query) (snapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.timeout)
+	defer cancel()
+	// One more than asked tells whether the listing was cut short.
+	locks, err := h.c.List(ctx, q.match, q.limit+1)
+	if err != nil {
+		return snapshot{}, err
+	}
+	s := snapshot{Match: q.match, Limit: q.limit, GeneratedAt: h.now()}
+	if len(locks) > q.limit {
+		locks, s.Truncated = locks[:q.limit], true
+	}
+	slices.SortFunc(locks, func(a, b dlock.LockInfo) int { return cmp.Compare(a.Name, b.Name) })
+	s.Locks = locks
+	s.Hottest, s.Longest = rank(locks)
+	return s, nil
+}
+
+// rank returns the TopN locks with the most waiters (only those with any:
+// a lock nobody waits for is not hot) and the TopN held the longest.
+func rank(locks []dlock.LockInfo) (hottest, longest []dlock.LockInfo) {
+	for _, l := range locks {
+		if l.Waiters > 0 {
+			hottest = append(hottest, l)
+		}
+	}
+	// Ties are broken by name so that the rankings do not flicker between
+	// two refreshes of an unchanged keyspace.
+	slices.SortStableFunc(hottest, func(a, b dlock.LockInfo) int {
+		return cmp.Or(cmp.Compare(b.Waiters, a.Waiters), cmp.Compare(a.Name, b.Name))
+	})
+	longest = slices.Clone(locks)
+	slices.SortStableFunc(longest, func(a, b dlock.LockInfo) int {
+		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.Name, b.Name))
+	})
+	return hottest[:min(len(hottest), TopN)], longest[:min(len(longest), TopN)]
+}
+
+type listJSON struct {
+	Locks       []lockJSON `json:"locks"`
+	Hottest     []lockJSON `json:"hottest"`
+	Longest     []lockJSON `json:"longest"`
+	Match       string     `json:"match"`
+	Limit       int        `json:"limit"`
+	Truncated   bool       `json:"truncated"`
+	GeneratedAt time.Time  `json:"generated_at"`
+}
+
+// list serves GET /api/locks?match=PATTERN&limit=N.
+func (h *handler) list(w http.ResponseWriter, r *http.Request) {
+	q, err := h.parseQuery(r.URL.Query().Get("match"), r.URL.Query().Get("limit"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	s, err := h.snapshot(r.Context(), q)
+	if err != nil {
+		writeError(w, statusOf(err), err.Error())
+		return
+	}
+	conv := func(ls []dlock.LockInfo) []lockJSON {
+		out := make([]lockJSON, 0, len(ls)) // [] rather than null in the JSON
+		for _, l := range ls {
+			out = append(out, toJSON(l, s.GeneratedAt))
+		}
+		return out
+	}
+	writeJSON(w, http.StatusOK, listJSON{
+		Locks: conv(s.Locks), Hottest: conv(s.Hottest), Longest: conv(s.Longest),
+		Match: s.Match, Limit: s.Limit, Truncated: s.Truncated, GeneratedAt: s.GeneratedAt.UTC(),
+	})
+}
+
+// inspect serves GET /api/locks/{name}.
+func (h *handler) inspect(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout)
+	defer cancel()
+	info, err := h.c.Inspect(ctx, name)
+	if err != nil {
+		writeError(w, statusOf(err), err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, toJSON(info, h.now()))
+}
+
+// statusOf maps a dlock error to the HTTP status that tells the client what
+// to do about it.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, dlock.ErrNotLocked):
+		return http.StatusNotFound
+	case errors.Is(err, dlock.ErrInvalidName):
+		return http.StatusBadRequest
+	case errors.Is(err, dlock.ErrNotHeld):
+		return http.StatusConflict
+	case errors.Is(err, dlock.ErrWrongType):
+		return http.StatusInternalServerError // a misconfiguration: a foreign key under the prefix
+	default:
+		// Redis unreachable, slow past the timeout, or the Client closed:
+		// the lock service is down, not the request wrong.
+		return http.StatusServiceUnavailable
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the status is sent; a failed write means the client left
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}

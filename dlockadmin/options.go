@@ -1,0 +1,106 @@
+package dlockadmin
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Defaults of the handler. Each can be changed with an Option.
+const (
+	// DefaultTitle heads the HTML page.
+	DefaultTitle = "dlock — held locks"
+	// DefaultLimit is the most locks one listing returns, and the default of
+	// the limit query parameter. Every listed lock costs Redis a few reads
+	// and the page a table row: a keyspace with more held locks than this is
+	// looked at through the match filter, not scrolled through.
+	DefaultLimit = 1000
+	// DefaultTimeout bounds the Redis work of one request. A listing walks
+	// the keyspace with SCAN, which on a big keyspace takes a while; an
+	// operator who waits longer than this is better served by a narrower
+	// match pattern.
+	DefaultTimeout = 10 * time.Second
+	// TopN is the length of the "hottest" and "longest" rankings.
+	TopN = 10
+)
+
+// An Option configures the handler made by NewHandler or NewServeMux.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	title      string
+	limit      int
+	timeout    time.Duration
+	adminToken []byte // nil: force unlock is disabled
+	log        *slog.Logger
+}
+
+func defaultConfig() config {
+	return config{title: DefaultTitle, limit: DefaultLimit, timeout: DefaultTimeout}
+}
+
+// WithTitle sets the heading and <title> of the HTML page (default
+// DefaultTitle), for telling the admin views of several deployments apart.
+func WithTitle(title string) Option {
+	return optionFunc(func(c *config) {
+		if title != "" {
+			c.title = title
+		}
+	})
+}
+
+// WithLimit sets the most locks one listing returns (default DefaultLimit);
+// a request may ask for fewer with ?limit=N but never more. n <= 0 keeps the
+// default: an unbounded listing of a big keyspace is a denial of service.
+func WithLimit(n int) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.limit = n
+		}
+	})
+}
+
+// WithTimeout bounds the Redis work of each request (default
+// DefaultTimeout). d <= 0 keeps the default.
+func WithTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.timeout = d
+		}
+	})
+}
+
+// WithForceUnlock enables force unlock, guarded by adminToken: a request
+// must present it (Authorization: Bearer for the API, a password field on
+// the HTML page). Without this option, or with an empty token, the handler
+// is read-only and refuses every unlock with 403 Forbidden.
+//
+// Use a long random secret (32 random bytes, hex- or base64-encoded): it is
+// the only thing between anyone who can reach the handler and breaking
+// every lock's mutual exclusion. Serve the handler on loopback, or behind
+// TLS, since the token travels with each unlock request.
+func WithForceUnlock(adminToken string) Option {
+	return optionFunc(func(c *config) {
+		if adminToken == "" {
+			c.adminToken = nil
+			return
+		}
+		c.adminToken = []byte(adminToken)
+	})
+}
+
+// WithLogger sets the logger of the audit trail (default slog.Default()):
+// one line per force-unlock attempt, refused or done, with who asked (the
+// remote address), the lock, the owner and fence removed, and the result.
+// The full token of a lock is never logged. A nil logger keeps the default:
+// force unlocks are not meant to happen unrecorded.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.log = l
+		}
+	})
+}

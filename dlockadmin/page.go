@@ -1,0 +1,172 @@
+package dlockadmin
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// page.html is the whole HTML view: one template, inline CSS, no script and
+// no external asset, so it renders the same offline, behind a proxy, and in
+// a browser that blocks JavaScript.
+//
+//go:embed page.html
+var pageHTML string
+
+var pageTemplate = template.Must(template.New("page").Parse(pageHTML))
+
+// pageView is what the template shows; everything is formatted here, so the
+// template holds layout only.
+type pageView struct {
+	Title       string
+	Match       string
+	Limit       string // "" when the default
+	JSONHref    string // the same listing from the API
+	MaxLimit    int
+	Rows        []row
+	Hottest     []row
+	Longest     []row
+	Count       int
+	Truncated   bool
+	Generated   string
+	ForceUnlock bool
+	Error       string  // the listing failed, or the query was bad
+	Notice      *notice // the result of a force unlock from this page
+}
+
+type notice struct {
+	OK  bool
+	Msg string
+}
+
+type row struct {
+	Name, Href, Owner, TokenPrefix string
+	Fence                          int64
+	TTL, Lease, Age, Since         string
+	Waiters                        int64
+}
+
+func toRow(i dlock.LockInfo, now time.Time) row {
+	ttl := "no expiry"
+	if i.TTL >= 0 {
+		ttl = human(i.TTL)
+	}
+	return row{
+		Name: i.Name, Href: "api/locks/" + url.PathEscape(i.Name), Owner: i.Owner, TokenPrefix: i.TokenPrefix(),
+		Fence: i.Fence, TTL: ttl, Lease: human(i.Lease), Age: human(age(i, now)),
+		Since: i.Since.UTC().Format(time.RFC3339Nano), Waiters: i.Waiters,
+	}
+}
+
+// human formats d for a table cell: precise when short, coarse when long,
+// since a lease of seconds is judged in tenths and a stuck holder in hours.
+func human(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", d/time.Minute, d%time.Minute/time.Second)
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%02dm", d/time.Hour, d%time.Hour/time.Minute)
+	default:
+		return fmt.Sprintf("%dd%02dh", d/(24*time.Hour), d%(24*time.Hour)/time.Hour)
+	}
+}
+
+// page serves GET /?match=PATTERN&limit=N.
+func (h *handler) page(w http.ResponseWriter, r *http.Request) {
+	v, status := h.view(r.Context(), r.URL.Query().Get("match"), r.URL.Query().Get("limit"))
+	h.render(w, status, v)
+}
+
+// view lists the locks for the page. A bad query (400) or a failed listing
+// (503, say) is shown on the page, above the filter form, so the operator
+// can fix it.
+func (h *handler) view(ctx context.Context, match, limit string) (pageView, int) {
+	v := pageView{Title: h.cfg.title, Match: match, Limit: limit, MaxLimit: h.cfg.limit, ForceUnlock: h.cfg.adminToken != nil}
+	v.Generated = h.now().UTC().Format(time.DateTime + " MST")
+	v.JSONHref = "api/locks"
+	if qs := nonEmpty(url.Values{"match": {match}, "limit": {limit}}).Encode(); qs != "" {
+		v.JSONHref += "?" + qs
+	}
+	q, err := h.parseQuery(match, limit)
+	if err != nil {
+		v.Error = err.Error()
+		return v, http.StatusBadRequest
+	}
+	s, err := h.snapshot(ctx, q)
+	if err != nil {
+		v.Error = err.Error()
+		return v, statusOf(err)
+	}
+	rows := func(ls []dlock.LockInfo) []row {
+		out := make([]row, 0, len(ls))
+		for _, l := range ls {
+			out = append(out, toRow(l, s.GeneratedAt))
+		}
+		return out
+	}
+	v.Rows, v.Hottest, v.Longest = rows(s.Locks), rows(s.Hottest), rows(s.Longest)
+	v.Count, v.Truncated = len(s.Locks), s.Truncated
+	v.Generated = s.GeneratedAt.UTC().Format(time.DateTime + " MST")
+	return v, http.StatusOK
+}
+
+// nonEmpty drops empty parameters, so the JSON link of an unfiltered page
+// is plain "api/locks".
+func nonEmpty(v url.Values) url.Values {
+	for k, vs := range v {
+		if len(vs) == 0 || vs[0] == "" {
+			delete(v, k)
+		}
+	}
+	return v
+}
+
+// unlockForm serves POST /unlock, the target of the page's per-row forms:
+// fields name, fence (of the row the operator saw), match (to come back to
+// the same filter) and admin_token (a password field). Browsers cannot send
+// an Authorization header from a plain form, so the admin token travels in
+// the body; it is read from the body only, never from the query string,
+// which ends up in access logs and browser history. The answer is the page
+// again, with the result on top, under the status code the API would give.
+func (h *handler) unlockForm(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	req := unlockRequest{via: "form"}
+	req.bad = r.ParseForm()
+	req.name, req.fence, req.token = r.PostForm.Get("name"), r.PostForm.Get("fence"), r.PostForm.Get("admin_token")
+	res := h.forceUnlock(r, req)
+	if res.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="dlockadmin"`)
+	}
+	v, _ := h.view(r.Context(), r.PostForm.Get("match"), "")
+	v.Notice = &notice{OK: res.status == http.StatusOK, Msg: res.msg}
+	h.render(w, res.status, v)
+}
+
+func (h *handler) render(w http.ResponseWriter, status int, v pageView) {
+	var b strings.Builder
+	if err := pageTemplate.Execute(&b, v); err != nil {
+		http.Error(w, "dlockadmin: render page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	// The page has no script and loads nothing: say so, so that an injected
+	// one could not run either, and keep it out of other sites' frames.
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
+}
