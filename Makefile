@@ -9,15 +9,15 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Every Go module in the repository, nested ones too.
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
 
-.PHONY: demo test deps fmt-check vet staticcheck gotest bench
+.PHONY: demo test deps test-deps fmt-check vet staticcheck gotest bench
 
 demo: deps
 	$(GO) run ./internal/cmd/withredis -- $(GO) run ./examples/quickstart
 
-test: deps fmt-check vet staticcheck gotest
+test: test-deps fmt-check vet staticcheck gotest
 
-# redis-server (and redis-cli, redis-sentinel for the topology tests) and
-# chromium from Debian's packages, only when missing.
+# redis-server (and redis-cli, redis-sentinel for the topology tests) from
+# Debian's packages, only when missing.
 deps:
 	@if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null || ! command -v redis-sentinel >/dev/null; then \
 		echo "installing redis-server, redis-tools and redis-sentinel from Debian's packages"; \
@@ -26,7 +26,9 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools redis-sentinel >/dev/null; \
 	fi
 	@redis-server --version
-	@# Debian's Chromium, for the admin view's end-to-end browser test.
+
+# Debian's Chromium, for the admin view's end-to-end browser test.
+test-deps: deps
 	@if ! command -v chromium >/dev/null; then \
 		echo "installing chromium from Debian's packages (browser test of the admin view)"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
