@@ -310,11 +310,13 @@ func (l *Lock) end(to lockState, reason string, cause error) {
 	l.deadline.Stop()
 	cancel := l.cancel
 	l.mu.Unlock()
-	if cancel != nil {
-		cancel(cause)
-	}
+	// Observers first: whoever wakes on the context finds the metrics and
+	// logs already telling of the loss.
 	if to == lost {
 		l.c.cfg.observers.lost(LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), Cause: cause})
+	}
+	if cancel != nil {
+		cancel(cause)
 	}
 	l.c.renewer.remove(l)
 	l.c.untrack(l)

@@ -1,0 +1,136 @@
+package dlockotel
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Bucket boundaries, in seconds, advised to the SDK (a View can override
+// them). Waits run from 100µs (an uncontended lock on a local Redis) to 30s
+// (a long queue); holds from a millisecond to an hour (a leader, a batch).
+var (
+	waitBounds = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+		0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+	holdBounds = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600}
+)
+
+// instruments are the observer's metrics.
+type instruments struct {
+	wait     metric.Float64Histogram
+	hold     metric.Float64Histogram
+	renews   metric.Int64Counter
+	losses   metric.Int64Counter
+	releases metric.Int64Counter
+	held     metric.Int64UpDownCounter
+
+	// Options with the attribute sets of the fixed results and reasons,
+	// built once (slices too, so a call allocates none): the renewal path
+	// runs thousands of times a second with many locks.
+	results map[string]measure
+	reasons map[string]measure
+}
+
+// measure is the options of one attribute set, for Add and for Record.
+type measure struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
+}
+
+func newMeasure(kv attribute.KeyValue) measure {
+	o := metric.WithAttributeSet(attribute.NewSet(kv))
+	return measure{add: []metric.AddOption{o}, record: []metric.RecordOption{o}}
+}
+
+func newInstruments(m metric.Meter) instruments {
+	// A failed instrument is reported to the global error handler, as the
+	// OpenTelemetry API asks; the API still returns a working no-op
+	// instrument, so the rest go on.
+	check := func(err error) {
+		if err != nil {
+			otel.Handle(err)
+		}
+	}
+	var in instruments
+	var err error
+	in.wait, err = m.Float64Histogram("dlock.acquire.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from an Acquire or TryAcquire call to its result, by dlock.result."),
+		metric.WithExplicitBucketBoundaries(waitBounds...))
+	check(err)
+	in.hold, err = m.Float64Histogram("dlock.hold.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time a lock was held, recorded once when it ends: on release or on loss."),
+		metric.WithExplicitBucketBoundaries(holdBounds...))
+	check(err)
+	in.renews, err = m.Int64Counter("dlock.renewals", metric.WithUnit("{renewal}"),
+		metric.WithDescription("Background renewals of held locks, by dlock.result (ok, lost, error)."))
+	check(err)
+	in.losses, err = m.Int64Counter("dlock.losses", metric.WithUnit("{lock}"),
+		metric.WithDescription("Held locks lost before release, by dlock.reason (taken_over, expired, hold_limit)."))
+	check(err)
+	in.releases, err = m.Int64Counter("dlock.releases", metric.WithUnit("{release}"),
+		metric.WithDescription("Release calls, by dlock.result (ok, not_held, error)."))
+	check(err)
+	in.held, err = m.Int64UpDownCounter("dlock.held", metric.WithUnit("{lock}"),
+		metric.WithDescription("Locks held by this process now: acquired and neither released nor lost."))
+	check(err)
+
+	in.results = prebuild(AttrResult, dlock.ResultAcquired, dlock.ResultBusy, dlock.ResultTimeout, dlock.ResultCancelled,
+		dlock.ResultError, dlock.ResultOK, dlock.ResultLost, dlock.ResultNotHeld)
+	in.reasons = prebuild(AttrReason, dlock.ReasonTakenOver, dlock.ReasonExpired, dlock.ReasonHoldLimit)
+	return in
+}
+
+func prebuild(key attribute.Key, values ...string) map[string]measure {
+	m := make(map[string]measure, len(values))
+	for _, v := range values {
+		m[v] = newMeasure(key.String(v))
+	}
+	return m
+}
+
+// attrs returns the prebuilt options for value, or builds them for a value
+// that a newer core may add.
+func attrs(prebuilt map[string]measure, key attribute.Key, value string) measure {
+	if m, ok := prebuilt[value]; ok {
+		return m
+	}
+	return newMeasure(key.String(value))
+}
+
+func (in instruments) acquire(ctx context.Context, e dlock.AcquireEvent) {
+	in.wait.Record(ctx, e.Wait.Seconds(), attrs(in.results, AttrResult, e.Result).record...)
+	if e.Result == dlock.ResultAcquired {
+		in.held.Add(ctx, 1)
+	}
+}
+
+func (in instruments) renew(e dlock.RenewEvent) {
+	in.renews.Add(context.Background(), 1, attrs(in.results, AttrResult, e.Result).add...)
+}
+
+func (in instruments) lost(e dlock.LostEvent) {
+	ctx := context.Background()
+	in.losses.Add(ctx, 1, attrs(in.reasons, AttrReason, e.Reason).add...)
+	in.ended(ctx, e.Held.Seconds())
+}
+
+// release records a release and reports whether it ended the lock.
+func (in instruments) release(ctx context.Context, e dlock.ReleaseEvent) bool {
+	in.releases.Add(ctx, 1, attrs(in.results, AttrResult, e.Result).add...)
+	// A failed release leaves the lock held (a retry, or the lease
+	// deadline, ends it later); after a loss, OnLost has ended it already.
+	ends := e.Result != dlock.ResultError && !e.AfterLoss
+	if ends {
+		in.ended(ctx, e.Held.Seconds())
+	}
+	return ends
+}
+
+func (in instruments) ended(ctx context.Context, held float64) {
+	in.hold.Record(ctx, held)
+	in.held.Add(ctx, -1)
+}
