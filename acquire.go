@@ -92,13 +92,13 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 		err = c.cfg.checkTTL(ac.ttl)
 	}
 	if err == nil && ac.wait < 0 {
-		err = fmt.Errorf("dlock: wait %v is negative", ac.wait)
+		err = fmt.Errorf("%w: wait %v is negative", ErrInvalidOption, ac.wait)
 	}
 	if err == nil && (ac.replicas < 0 || (ac.replicas > 0 && ac.replicaWait <= 0)) {
-		err = fmt.Errorf("dlock: WithReplicas(%d, %v) needs n >= 0 and a positive timeout", ac.replicas, ac.replicaWait)
+		err = fmt.Errorf("%w: WithReplicas(%d, %v) needs n >= 0 and a positive timeout", ErrInvalidOption, ac.replicas, ac.replicaWait)
 	}
 	if err == nil && ac.maxHold < 0 {
-		err = fmt.Errorf("dlock: max hold %v is negative", ac.maxHold)
+		err = fmt.Errorf("%w: max hold %v is negative", ErrInvalidOption, ac.maxHold)
 	}
 	if err == nil {
 		err = c.checkUsable(ctx)
@@ -120,7 +120,7 @@ func (c *Client) attempt(ctx context.Context, name string, ac acquireConfig, tok
 		waiter, prev = c.id, q.entry
 	}
 	sent := time.Now()
-	args := []any{token, ms(ac.ttl), c.cfg.owner, waiter, ms(waiterAlive(ac.ttl)), sent.UnixMilli(), prev}
+	args := []any{token, ms(ac.ttl), c.cfg.owner, waiter, ms(waiterAlive(ac.ttl)), "", prev}
 	var res []any
 	var acked int64
 	var err error

@@ -24,7 +24,7 @@ type LockInfo struct {
 	Owner   string        // free text of the holder (WithOwner; host/pid by default)
 	Token   string        // the holder's token: show TokenPrefix, never the whole
 	Fence   int64         // the holder's fencing token
-	Since   time.Time     // when this holder acquired it (the holder's clock)
+	Since   time.Time     // when this holder acquired it (the Redis server's clock)
 	Lease   time.Duration // the lease the holder asked for (its TTL)
 	TTL     time.Duration // what is left of the lease now
 	Waiters int64         // clients lined up for it in Redis
@@ -178,7 +178,9 @@ func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo,
 	if info.Token != token {
 		return info, opError("force unlock", name, ErrNotHeld)
 	}
-	res, err := c.runRelease(ctx, c.keys(name), token, "")
+	// No tombstone: the holder's own Release, later, must report ErrNotHeld
+	// rather than find the token released and report success.
+	res, err := c.releaseScript(ctx, c.keys(name), token, "", 0)
 	if err != nil {
 		return info, opError("force unlock", name, redisError(err))
 	}

@@ -95,4 +95,20 @@ func TestForceUnlock(t *testing.T) {
 	if cause := context.Cause(holder.Context()); !errors.Is(cause, dlock.ErrLockLost) {
 		t.Fatalf("holder's cause = %v", cause)
 	}
+	// And its own release must say so, not find its token released.
+	if err := holder.Release(bg); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("force-unlocked holder's Release: %v, want ErrNotHeld", err)
+	}
+}
+
+func TestForceUnlockThenHolderRelease(t *testing.T) {
+	c, _, _ := setup(t)
+	holder := mustAcquire(t, c, "broken", dlock.WithTTL(10*time.Second))
+	if _, err := c.ForceUnlock(bg, "broken", holder.Token()); err != nil {
+		t.Fatal(err)
+	}
+	// Before any renewal notices: the release itself must report the loss.
+	if err := holder.Release(bg); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release after a force unlock: %v, want ErrNotHeld", err)
+	}
 }

@@ -45,7 +45,9 @@
 // With the default prefix, the lock "order:42" is the hash dlock:{order:42}
 // with the fields token, fence, owner, since (server time in ms) and ttl
 // (ms); its fence counter is dlock:{order:42}:fence (no expiry), the token of
-// its last release dlock:{order:42}:last (kept 30 s), and releases are
-// announced on the channel dlock:{order:42}:rel. The braces are a hash tag:
-// all keys of one lock share a Cluster slot.
+// its last release dlock:{order:42}:last (kept 30 s), and its waiters line up
+// in the sorted set dlock:{order:42}:q. A release hands the lock to the first
+// live waiter and tells that waiter's client alone on the channel
+// dlock:{order:42}:w:<client id>. The braces are a hash tag: all keys of one
+// lock share a Cluster slot.
 package dlock

@@ -42,6 +42,11 @@ var (
 	// Nothing was sent to Redis.
 	ErrInvalidTTL = errors.New("dlock: invalid ttl")
 
+	// ErrInvalidOption: an option is out of range (a negative wait or hold
+	// limit, WithReplicas without a timeout, a prefix with braces). Nothing
+	// was sent to Redis.
+	ErrInvalidOption = errors.New("dlock: invalid option")
+
 	// ErrWrongType: the lock's key in Redis holds a value dlock did not write
 	// (Redis answered WRONGTYPE). Nothing was changed.
 	ErrWrongType = errors.New("dlock: key holds a value of another type")

@@ -220,8 +220,13 @@ func (l *Lock) release(ctx context.Context) error {
 // it and hands it to the first live waiter. entry, when set, is the queue
 // entry of a waiter that gives up, dropped in the same step.
 func (c *Client) runRelease(ctx context.Context, k keys, token, entry string) (int64, error) {
+	return c.releaseScript(ctx, k, token, entry, tombstoneTTL)
+}
+
+// releaseScript runs the release script; tombstone 0 writes no tombstone.
+func (c *Client) releaseScript(ctx context.Context, k keys, token, entry string, tombstone time.Duration) (int64, error) {
 	return scripts.Release.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.last},
-		token, ms(tombstoneTTL), entry, k.handoff).Int64()
+		token, ms(tombstone), entry, k.handoff).Int64()
 }
 
 // tombstoneTTL is how long Redis remembers the token of a release, so that

@@ -70,7 +70,7 @@ func WithPrefix(p string) Option {
 	return optionFunc(func(c *config) {
 		for _, r := range p {
 			if r == '{' || r == '}' {
-				c.fail(fmt.Errorf("dlock: prefix %q must not contain '{' or '}'", p))
+				c.fail(fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidOption, p))
 				return
 			}
 		}
@@ -107,7 +107,7 @@ func WithOwner(owner string) Option {
 func WithReleaseTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d <= 0 {
-			c.fail(fmt.Errorf("dlock: release timeout %v must be positive", d))
+			c.fail(fmt.Errorf("%w: release timeout %v must be positive", ErrInvalidOption, d))
 			return
 		}
 		c.releaseTimeout = d

@@ -4,13 +4,12 @@
 -- scored by arrival, each member "id|token|ttl|alive_until_ms|owner"
 -- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] owner, ARGV[4] waiter id or ''
 -- for a single attempt, ARGV[5] how long the waiter entry lives without a
--- renewed attempt, in ms, ARGV[6] the caller's clock in ms, stored as since,
--- ARGV[7] the waiter's entry from its last attempt, or ''
+-- renewed attempt, in ms, ARGV[6] unused, ARGV[7] the waiter's entry from its last attempt, or ''
 -- Returns {1, fence} when the lock is ours, {0, pttl, entry} when another
 -- holder has it (entry: the waiter's queue entry now, or '').
 --
--- The free path is four commands (HGET, INCR, HSET, PEXPIRE): it is the
--- path every uncontended lock takes.
+-- The free path is five commands (HGET, INCR, TIME, HSET, PEXPIRE): it is
+-- the path every uncontended lock takes.
 local key, fencekey, queue = KEYS[1], KEYS[2], KEYS[3]
 local token, ttl, owner, waiter, prev = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[7]
 
@@ -47,5 +46,6 @@ if err then return err end
 if prev ~= '' then
   redis.call('ZREM', queue, prev)
 end
-grant(key, fence, token, ttl, owner, ARGV[6])
+-- since is the server's clock, as in a hand-off, so ages compare.
+grant(key, fence, token, ttl, owner, string.format('%d', (server_now())))
 return {1, fence}

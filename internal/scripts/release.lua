@@ -3,7 +3,8 @@
 -- of waiters.
 -- KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] waiter queue (see
 -- acquire.lua), KEYS[4] tombstone of the last release
--- ARGV[1] token, ARGV[2] tombstone lifetime in ms, ARGV[3] our own queue
+-- ARGV[1] token, ARGV[2] tombstone lifetime in ms, or 0 for none (a forced
+-- unlock: the holder's own later release must report "not held"), ARGV[3] our own queue
 -- entry to drop (a waiter giving up), or '', ARGV[4] prefix of the waiters'
 -- hand-off channels
 -- Returns 1 when released now, 2 when this token was released before (a
@@ -27,7 +28,9 @@ end
 -- The tombstone lets a release that the client sends again after a lost
 -- reply report success instead of a false "not held".
 local function tombstone()
-  redis.call('SET', last, token, 'PX', ARGV[2])
+  if ARGV[2] ~= '0' then
+    redis.call('SET', last, token, 'PX', ARGV[2])
+  end
 end
 
 -- Hand over to the first waiter whose entry is still alive; entries of
