@@ -1,5 +1,5 @@
 # Two commands matter on a fresh machine:
-#   make demo   runs the demo against a throwaway redis-server
+#   make demo   runs `dlock demo` (naive lock vs dlock) against a throwaway redis-server
 #   make test   runs every check CI runs
 # Both install what they need (redis-server from Debian's packages) first.
 
@@ -12,7 +12,7 @@ MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | so
 .PHONY: demo test deps test-deps fmt-check vet staticcheck gotest bench
 
 demo: deps
-	$(GO) run ./internal/cmd/withredis -- $(GO) run ./examples/quickstart
+	$(GO) run ./cmd/dlock demo
 
 test: test-deps fmt-check vet staticcheck gotest
 

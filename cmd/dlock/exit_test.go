@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/dlock-go/dlock"
+)
+
+func TestExitCode(t *testing.T) {
+	busy := fmt.Errorf("wrapped: %w", &dlock.NotObtainedError{Name: "x"})
+	tests := []struct {
+		name     string
+		err      error
+		conflict int
+		want     int
+	}{
+		{"nil", nil, exitConflict, exitOK},
+		{"child code", &exitError{code: 7}, exitConflict, 7},
+		{"child code 2 is not usage", &exitError{code: 2}, exitConflict, 2},
+		{"usage", usagef("bad"), exitConflict, exitUsage},
+		{"invalid ttl", fmt.Errorf("x: %w", dlock.ErrInvalidTTL), exitConflict, exitUsage},
+		{"invalid name", fmt.Errorf("x: %w", dlock.ErrInvalidName), exitConflict, exitUsage},
+		{"busy", busy, exitConflict, exitConflict},
+		{"busy with -E", busy, 75, 75},
+		{"lost", &lostError{name: "x", cause: dlock.ErrLockLost}, exitConflict, exitLost},
+		{"not locked", fmt.Errorf("x: %w", dlock.ErrNotLocked), exitConflict, exitNotFound},
+		{"not held", fmt.Errorf("x: %w", dlock.ErrNotHeld), exitConflict, exitNotFound},
+		{"redis", errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), exitConflict, exitRedis},
+		{"wrong type", fmt.Errorf("x: %w", dlock.ErrWrongType), exitConflict, exitRedis},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := exitCode(tt.err, tt.conflict); got != tt.want {
+				t.Errorf("exitCode(%v, %d) = %d, want %d", tt.err, tt.conflict, got, tt.want)
+			}
+		})
+	}
+}
+
+// Commands run in the test process too, with their output in buffers: the
+// command tree takes its dependencies as arguments.
+func TestExecuteInProcess(t *testing.T) {
+	tests := []struct {
+		args       []string
+		want       int
+		wantStderr string
+	}{
+		{[]string{"nosuch"}, exitUsage, `unknown command "nosuch"`},
+		{[]string{"lsit"}, exitUsage, "did you mean list?"},
+		{[]string{"unlock", "x"}, exitUsage, "without --force"},
+		{[]string{"run", "x"}, exitUsage, "needs a COMMAND"},
+		{[]string{"run", "a", "b", "--", "true"}, exitUsage, "one lock NAME before --"},
+		{[]string{"--timeout", "0s", "list"}, exitUsage, "--timeout"},
+		{[]string{"--url", "http://x", "list"}, exitUsage, "invalid Redis URL"},
+		{[]string{"demo", "--pause", "100ms"}, exitUsage, "longer than --ttl"},
+		{[]string{"help"}, exitOK, ""},
+	}
+	for _, tt := range tests {
+		var out, errb bytes.Buffer
+		d := deps{stdout: &out, stderr: &errb, getenv: func(string) string { return "" },
+			environ: func() []string { return nil }, self: func() (string, error) { return bin, nil }}
+		code := execute(context.Background(), tt.args, d)
+		if code != tt.want || !strings.Contains(errb.String(), tt.wantStderr) {
+			t.Errorf("dlock %v: exit %d, stderr %q; want exit %d, stderr with %q", tt.args, code, errb.String(), tt.want, tt.wantStderr)
+		}
+		if tt.want == exitOK && !strings.Contains(out.String(), "Exit codes:") {
+			t.Errorf("dlock help does not document the exit codes:\n%s", out.String())
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// deps is everything the commands take from the process. The command tree is
+// built from it rather than from globals, so tests can run commands in the
+// test process with their own output and environment.
+type deps struct {
+	// stdin is a file, not an io.Reader: run hands it to the child as it
+	// is, and unlock and --ask-pass need to know whether it is a terminal.
+	stdin   *os.File
+	stdout  io.Writer
+	stderr  io.Writer
+	getenv  func(string) string
+	environ func() []string        // the environment the child of run starts from
+	self    func() (string, error) // this binary, re-executed by demo for its workers
+}
+
+func osDeps() deps {
+	return deps{
+		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr,
+		getenv: os.Getenv, environ: os.Environ, self: os.Executable,
+	}
+}
+
+// app is the state one invocation shares between the root and a subcommand:
+// the connection flags and the code a busy lock exits with.
+type app struct {
+	deps
+	conn     connFlags
+	conflict int // exit code for a busy lock: run's -E, else exitConflict
+}
+
+// execute runs the command line args and returns the exit code.
+func execute(ctx context.Context, args []string, d deps) int {
+	a := &app{deps: d, conflict: exitConflict}
+	root := newRootCmd(a)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	path := ""
+	if cmd != nil {
+		path = cmd.CommandPath()
+	}
+	return report(d.stderr, err, a.conflict, path)
+}
+
+const rootLong = `dlock takes and inspects distributed locks kept in Redis, the same locks
+the Go library github.com/dlock-go/dlock takes, from the shell.
+
+  dlock run nightly-report -- ./report.sh      run a command under a lock
+  dlock list                                   locks held now
+  dlock inspect nightly-report                 who holds it, since when
+  dlock unlock --force nightly-report          break a stuck lock (dangerous)
+  dlock serve --listen 127.0.0.1:7480          admin page, JSON API, /metrics
+  dlock demo                                   naive lock vs dlock, for real
+
+Connection (like redis-cli):
+  -u/--url redis://[user[:pass]@]host:port[/db] or rediss:// for TLS;
+           default from $DLOCK_URL, then $REDIS_URL
+  --addr   host:port, repeatable: two or more (or --cluster) mean Redis
+           Cluster; with --master-name they are Sentinels
+  Without either, 127.0.0.1:6379. The password is read from $DLOCK_PASSWORD,
+  then $REDISCLI_AUTH, or asked on the terminal with --ask-pass; it is never
+  a flag, so it stays out of ps and shell history.
+
+` + exitCodesHelp
+
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "dlock",
+		Short: "Distributed locks in Redis, from the shell",
+		Long:  rootLong,
+		// Errors are printed and mapped to exit codes in one place, execute.
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// Arbitrary arguments reach RunE, which refuses them as a usage
+		// error; cobra's own "unknown command" error would exit 3.
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			msg := fmt.Sprintf("unknown command %q", args[0])
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += "; did you mean " + strings.Join(s, " or ") + "?"
+			}
+			return usagef("%s", msg)
+		},
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
+		// SuggestionsFor does not apply cobra's default of 2 by itself.
+		SuggestionsMinimumDistance: 2,
+	}
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		if cmd.Name() == "run" {
+			return usagef("%v (put -- before the command, so that its flags are not read as dlock's)", err)
+		}
+		return &usageError{err: err}
+	})
+	a.conn.register(root.PersistentFlags())
+	root.AddCommand(
+		newRunCmd(a),
+		newListCmd(a),
+		newInspectCmd(a),
+		newUnlockCmd(a),
+		newServeCmd(a),
+		newDemoCmd(a),
+		newDemoWorkerCmd(a),
+	)
+	return root
+}
+
+// exactArgs is cobra.ExactArgs returning a usage error.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("%s takes %s, got %d argument(s)", cmd.CommandPath(), what, len(args))
+		}
+		return nil
+	}
+}

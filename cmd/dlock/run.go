@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlock-go/dlock"
+)
+
+type runOptions struct {
+	ttl       time.Duration
+	wait      time.Duration
+	noWait    bool
+	killGrace time.Duration
+	owner     string
+}
+
+const runLong = `Run COMMAND while holding the lock NAME, like flock(1), etcdctl lock and
+consul lock, across machines.
+
+dlock takes the lock (waiting up to --wait if it is busy), starts COMMAND in
+a process group of its own, renews the lock in the background while it runs
+and releases it when it exits. COMMAND's exit code is dlock's exit code (a
+command killed by signal N gives 128+N).
+
+COMMAND finds the lock in its environment: DLOCK_NAME, DLOCK_FENCE (the
+fencing token: pass it to what you write, and have the writes with a smaller
+one refused) and DLOCK_TOKEN (a secret: do not log it).
+
+SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to COMMAND's process group;
+the lock is released once COMMAND exits (SIGKILL after --kill-grace).
+
+If the lock is lost while COMMAND runs (Redis unreachable past the lease,
+the key deleted, dlock unlock --force), COMMAND's process group gets SIGTERM,
+then SIGKILL after --kill-grace, and dlock exits 4.
+
+COMMAND runs in a background process group: it cannot read from the
+terminal (reads fail), so run interactive programs some other way. Ctrl-Z is
+ignored: a suspended dlock would stop renewing the lock while COMMAND runs on.`
+
+func newRunCmd(a *app) *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:   "run [flags] NAME -- COMMAND [ARGS...]",
+		Short: "Run a command while holding a lock",
+		Long:  runLong,
+		Example: `  dlock run --ttl 1m nightly-report -- ./report.sh --full
+  dlock run -n -E 0 backup -- ./backup.sh    # exit 0 when a backup already runs`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			_, _, err := splitRunArgs(cmd.ArgsLenAtDash(), args)
+			return err
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, argv, _ := splitRunArgs(cmd.ArgsLenAtDash(), args)
+			if o.noWait {
+				if cmd.Flags().Changed("wait") {
+					return usagef("-n/--no-wait and -w/--wait exclude each other")
+				}
+				o.wait = 0
+			}
+			return a.run(cmd.Context(), o, name, argv)
+		},
+	}
+	fs := cmd.Flags()
+	fs.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease: how long the lock outlives a dlock that died; renewed every ttl/3")
+	fs.DurationVarP(&o.wait, "wait", "w", dlock.DefaultWait, "how long to wait for a busy lock; 0 is a single attempt")
+	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "fail at once when the lock is busy (--wait 0)")
+	fs.IntVarP(&a.conflict, "conflict-exit-code", "E", exitConflict, "exit code when the lock is busy")
+	fs.DurationVar(&o.killGrace, "kill-grace", 5*time.Second, "time COMMAND has to exit after SIGTERM before SIGKILL")
+	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default host/pid command)")
+	return cmd
+}
+
+// splitRunArgs takes NAME and COMMAND apart. dash is the number of
+// arguments before "--", or -1 without one. Without "--" the command starts
+// after NAME; "--" is still needed when the command has flags.
+func splitRunArgs(dash int, args []string) (string, []string, error) {
+	switch {
+	case len(args) == 0 || dash == 0:
+		return "", nil, usagef("run needs a lock NAME and a COMMAND: dlock run NAME -- COMMAND [ARGS...]")
+	case dash > 1:
+		return "", nil, usagef("run takes one lock NAME before --, got %d: %q", dash, args[:dash])
+	case len(args) < 2:
+		return "", nil, usagef("run needs a COMMAND after the lock name: dlock run %s -- COMMAND [ARGS...]", args[0])
+	}
+	return args[0], args[1:], nil
+}
+
+func (a *app) run(ctx context.Context, o runOptions, name string, argv []string) error {
+	switch {
+	case o.wait < 0:
+		return usagef("--wait %v is negative", o.wait)
+	case o.killGrace < 0:
+		return usagef("--kill-grace %v is negative", o.killGrace)
+	case a.conflict < 0 || a.conflict > 255:
+		return usagef("--conflict-exit-code %d is not within 0..255", a.conflict)
+	}
+	owner := o.owner
+	if owner == "" {
+		host, _ := os.Hostname()
+		owner = fmt.Sprintf("%s/%d %s", host, os.Getpid(), filepath.Base(argv[0]))
+	}
+	c, _, closeAll, err := a.locker(dlock.WithOwner(owner))
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+
+	// Signals are caught from before the lock is asked for: a Ctrl-C while
+	// waiting must not leave behind a lock acquired a moment later.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	// A stopped dlock renews nothing while its command runs on, so Ctrl-Z
+	// is ignored. The command, in a background process group, inherits
+	// the ignored terminal signals: reading the terminal fails at once
+	// (EIO) instead of stopping it for good with the lock held.
+	signal.Ignore(syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+
+	lock, err := a.acquire(ctx, c, name, o, sigs)
+	if err != nil {
+		return err
+	}
+	return a.supervise(lock, argv, o.killGrace, sigs)
+}
+
+// acquire takes the lock, giving up when a signal arrives first.
+func (a *app) acquire(ctx context.Context, c *dlock.Client, name string, o runOptions, sigs <-chan os.Signal) (*dlock.Lock, error) {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		lock *dlock.Lock
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := c.Acquire(actx, name, dlock.WithTTL(o.ttl), dlock.WithWait(o.wait))
+		done <- result{l, err}
+	}()
+	select {
+	case r := <-done:
+		if errors.Is(r.err, dlock.ErrNotObtained) {
+			return nil, busy(ctx, c, name, r.err)
+		}
+		return r.lock, r.err
+	case s := <-sigs:
+		cancel()
+		if r := <-done; r.lock != nil { // acquired as the signal came
+			_ = r.lock.Release(ctx)
+		}
+		return nil, &exitError{code: exitSignal + signum(s), err: fmt.Errorf("got %v while waiting for lock %q", s, name)}
+	}
+}
+
+// busy adds who holds the lock to a give-up error, for the human reading it;
+// the error still matches ErrNotObtained.
+func busy(ctx context.Context, c *dlock.Client, name string, err error) error {
+	info, ierr := c.Inspect(ctx, name)
+	if ierr != nil {
+		return err
+	}
+	return fmt.Errorf("%w (owner %q, fence %d, held for %v)", err, info.Owner, info.Fence, roundDur(info.Age(time.Now())))
+}
+
+func signum(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return int(n)
+	}
+	return 0
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlockadmin"
+	"github.com/dlock-go/dlock/dlockprom"
+)
+
+// adminTokenEnv enables force unlock in the served page; a flag would put
+// the token in ps and shell history.
+const adminTokenEnv = "DLOCK_ADMIN_TOKEN"
+
+func newServeCmd(a *app) *cobra.Command {
+	var listen, title string
+	cmd := &cobra.Command{
+		Use:   "serve [--listen 127.0.0.1:7480]",
+		Short: "Serve the admin view of held locks and /metrics over HTTP",
+		Long: `Serve the admin view (an HTML page and a JSON API at /api/locks listing the
+locks held now, the hottest names and the longest holders), /metrics in the
+Prometheus format, and /healthz and /readyz.
+
+The view is read-only unless $` + adminTokenEnv + ` is set: then each lock can be
+force-unlocked by a POST that carries that token (as a bearer token, or in
+the page's form). Force unlock breaks mutual exclusion if the holder is alive.
+
+It listens on loopback by default; put it behind your own authentication
+before you listen on anything else.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.serve(cmd.Context(), listen, title)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7480", "address to listen on")
+	cmd.Flags().StringVar(&title, "title", dlockadmin.DefaultTitle, "title of the page")
+	return cmd
+}
+
+func (a *app) serve(ctx context.Context, listen, title string) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	col := dlockprom.NewCollector()
+	c, _, closeAll, err := a.locker(dlock.WithObserver(col))
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// What an operator of the whole fleet wants from this process: how many
+	// locks Redis holds now, read at scrape time.
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "dlock_redis_locks_held",
+		Help: "Locks held in Redis under the prefix, counted by SCAN at scrape time (NaN when Redis cannot be read).",
+	}, func() float64 {
+		sctx, cancel := context.WithTimeout(context.Background(), a.conn.timeout)
+		defer cancel()
+		infos, err := c.List(sctx, "", 0)
+		if err != nil {
+			return math.NaN()
+		}
+		return float64(len(infos))
+	}))
+
+	opts := []dlockadmin.Option{
+		dlockadmin.WithTitle(title),
+		dlockadmin.WithLogger(slog.New(slog.NewTextHandler(a.stderr, nil))),
+	}
+	if tok := a.getenv(adminTokenEnv); tok != "" {
+		opts = append(opts, dlockadmin.WithForceUnlock(tok))
+	}
+	mux := dlockadmin.NewServeMux(c, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), opts...)
+
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return usagef("--listen %s: %v", listen, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	unlock := "disabled (set " + adminTokenEnv + " to enable)"
+	if a.getenv(adminTokenEnv) != "" {
+		unlock = "enabled"
+	}
+	fmt.Fprintf(a.stderr, "dlock: admin view on http://%s/ (metrics at /metrics); force unlock %s\n", ln.Addr(), unlock)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// forwarded are the signals run passes on to the command's process group.
+// Each of them also starts the kill grace: dlock is being told to stop, and
+// the lock must not stay held by a command that ignores it.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// supervise runs the command while lock is held and returns what run exits
+// with: nil or the command's code, or a lost-lock error.
+func (a *app) supervise(lock *dlock.Lock, argv []string, grace time.Duration, sigs <-chan os.Signal) error {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if a.stdin != nil { // a nil *os.File in an interface is not "no input"
+		cmd.Stdin = a.stdin
+	}
+	cmd.Stdout, cmd.Stderr = a.stdout, a.stderr
+	// Appended last, these win over values inherited from an outer dlock run.
+	cmd.Env = append(a.environ(),
+		"DLOCK_NAME="+lock.Name(),
+		"DLOCK_FENCE="+strconv.FormatInt(lock.Fence(), 10),
+		"DLOCK_TOKEN="+lock.Token())
+	cmd.SysProcAttr = childAttr(syscall.SIGTERM)
+	if err := cmd.Start(); err != nil {
+		_ = lock.Release(context.Background())
+		return startError(argv[0], err)
+	}
+	// The child leads its own group: a signal to -pgid reaches whatever it
+	// started too (a shell script's children), not only the script.
+	pgid := cmd.Process.Pid
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	lockCtx := lock.Context()
+	lostCh := lockCtx.Done()
+	var (
+		lostCause error
+		killer    *time.Timer
+		killCh    <-chan time.Time
+	)
+	startGrace := func() {
+		if killer == nil {
+			killer = time.NewTimer(grace)
+			killCh = killer.C
+		}
+	}
+	// The loop ends when the command exits; once it has been told to stop,
+	// the grace timer makes sure it does, with SIGKILL.
+	for running := true; running; {
+		select {
+		case <-exited:
+			running = false
+		case s := <-sigs:
+			_ = syscall.Kill(-pgid, syscall.Signal(signum(s)))
+			startGrace()
+		case <-lostCh:
+			lostCh = nil
+			lostCause = context.Cause(lockCtx)
+			fmt.Fprintf(a.stderr, "dlock: %s; sending SIGTERM to the command (SIGKILL in %v)\n", trimDlock(lostCause), grace)
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			startGrace()
+		case <-killCh:
+			killCh = nil
+			fmt.Fprintf(a.stderr, "dlock: the command did not exit within %v: sending SIGKILL\n", grace)
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}
+	if killer != nil {
+		killer.Stop()
+	}
+	if lostCause != nil {
+		// Whatever the command left running in its group must not go on
+		// working under a lock someone else may hold by now.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = lock.Release(context.Background())
+		return &lostError{name: lock.Name(), cause: lostCause}
+	}
+	code := exitStatus(cmd.ProcessState)
+	if err := lock.Release(context.Background()); err != nil {
+		if errors.Is(err, dlock.ErrNotHeld) {
+			// Lost between two renewals (force-unlocked, say) and found
+			// out only now: the end of the command may have overlapped
+			// with another holder, which the caller must hear about.
+			return fmt.Errorf("%w: lock %q was no longer ours when the command exited (command exit code %d)", dlock.ErrLockLost, lock.Name(), code)
+		}
+		// Not released: it expires with its TTL. The command's result
+		// still stands.
+		fmt.Fprintf(a.stderr, "dlock: warning: %v; the lock expires with its TTL\n", err)
+	}
+	if code != 0 {
+		return &exitError{code: code}
+	}
+	return nil
+}
+
+// lostError: the lock ended under the command, which was stopped.
+type lostError struct {
+	name  string
+	cause error // matches dlock.ErrLockLost
+}
+
+func (e *lostError) Error() string {
+	return fmt.Sprintf("lock %q lost while the command ran (%s); the command was stopped", e.name, trimDlock(e.cause))
+}
+func (e *lostError) Unwrap() error { return e.cause }
+
+// trimDlock drops the "dlock: " the library starts its errors with, for
+// messages that already say it.
+func trimDlock(err error) string { return strings.TrimPrefix(err.Error(), "dlock: ") }
+
+// exitStatus is the shell's view of how the command ended: its exit code,
+// or 128+N when signal N killed it.
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exitSignal + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// startError maps a command that could not start to the shell's codes.
+func startError(name string, err error) error {
+	code := exitNoExec
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		code = exitNoCmd
+	}
+	return &exitError{code: code, err: fmt.Errorf("run %s: %w", name, err)}
+}

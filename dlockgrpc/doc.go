@@ -1,0 +1,80 @@
+// Package dlockgrpc runs gRPC server handlers under a dlock lock named from
+// the call: one call per order, per account, per job at a time, across every
+// instance of a service that shares one Redis.
+//
+// It is a module of its own (github.com/dlock-go/dlock/dlockgrpc), so that
+// programs using dlock without gRPC do not download it.
+//
+//	locker := dlock.New(rdb)
+//	name := dlockgrpc.ByMethod(map[string]dlockgrpc.NameFunc{
+//		"/shop.Orders/Pay": dlockgrpc.FromRequest("order:", (*shop.PayRequest).GetOrderId),
+//	})
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(dlockgrpc.UnaryServerInterceptor(locker, name)),
+//		grpc.ChainStreamInterceptor(dlockgrpc.StreamServerInterceptor(locker, name)),
+//	)
+//
+// # Model
+//
+// For each call the interceptor derives a lock name with a NameFunc, acquires
+// the lock, runs the handler, and releases the lock when the handler returns
+// or panics. A NameFunc that returns ErrNoLock lets the call run without a
+// lock: interceptors apply to every method of a server, and most methods
+// need none (ByMethod does this for the methods it does not list).
+//
+// The handler's context is cancelled when the call ends, as usual, and also
+// the moment the lock is lost (its cause then matches dlock.ErrLockLost).
+// A handler that fails after its lock was lost, with an error that is not
+// already a gRPC status, is answered Aborted "lock lost": the work may not
+// have been exclusive and should be retried from the start.
+// LockFromContext gives the handler the lock itself, for its fencing token.
+//
+// # Streams
+//
+// A stream's lock is named from the method and the call's context
+// (metadata, peer) only: the NameFunc gets a nil request. An interceptor does
+// not know a stream's message types, so it cannot read the first message
+// itself; and taking the lock when the handler reads that message would let
+// the handler run, and send, before it holds the lock. Put the key in
+// metadata (FromMetadata), or lock inside the handler with dlock.Client.Do.
+//
+// # Status codes
+//
+// When the interceptor does not run the handler, it answers:
+//
+//   - Aborted when another call holds the lock (WithBusyCode). gRPC's guide
+//     gives Aborted for concurrency conflicts that the client resolves by
+//     retrying the whole operation, and grpc-gateway maps it to 409 Conflict,
+//     the status dlockhttp answers. ResourceExhausted is for quotas and
+//     makes clients throttle every call; Unavailable is retried by clients
+//     blindly and is kept for a Redis outage; FailedPrecondition tells the
+//     client not to retry until it fixed something, but a held lock frees
+//     by itself. The status carries the holder's remaining lease as a
+//     google.rpc.RetryInfo detail, and as the grpc-retry-pushback-ms trailer
+//     that grpc-go's retry policy honours when the client's service config
+//     retries Aborted.
+//   - InvalidArgument when the call names no valid lock: a NameFunc error, or
+//     a name dlock refuses (dlock.ErrInvalidName). A NameFunc error that is
+//     already a gRPC status (status.Error) is returned as it is, so a
+//     NameFunc can answer Unauthenticated or NotFound itself.
+//   - Unavailable when Redis cannot be reached or the dlock Client is closed:
+//     transient, and not the client's fault.
+//   - Canceled or DeadlineExceeded when the call's context ended while it
+//     waited for a busy lock (with dlock.WithWait).
+//   - Internal for a misconfiguration (an acquire option dlock refuses, or a
+//     lock key that holds foreign data).
+//
+// Messages name no internals (no Redis address, no lock token).
+//
+// By default the interceptor makes one attempt and answers Aborted at once:
+// a waiting call holds a server goroutine and a stream, and a client with a
+// deadline is better told early. WithAcquireOptions(dlock.WithWait(d))
+// waits up to d instead, bounded by the call's deadline too.
+//
+// # Limits
+//
+// A name taken from metadata or the request is chosen by the client: anyone
+// who can call the method can lock any name of that form. Name locks after
+// authenticated identities, or after resources the call was authorised for.
+// And a lock is a lease: pass the lock's Fence to the resource.
+package dlockgrpc

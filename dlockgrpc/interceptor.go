@@ -1,0 +1,188 @@
+package dlockgrpc
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/dlock-go/dlock"
+)
+
+// UnaryServerInterceptor returns an interceptor that runs each unary call's
+// handler while holding the lock name(ctx, method, req) from c: see the
+// package documentation for the codes it answers when it does not run the
+// handler.
+//
+// The handler's context is cancelled when the call ends or the lock is
+// lost; context.Cause tells which. The lock is released when the handler
+// returns, and also when it panics (the panic goes on unchanged).
+//
+// It panics when c or name is nil or an option is invalid: mistakes in the
+// program's wiring, found at start-up rather than on the first call.
+func UnaryServerInterceptor(c *dlock.Client, name NameFunc, opts ...Option) grpc.UnaryServerInterceptor {
+	g := newGuard(c, name, opts)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		lock, err := g.acquire(ctx, info.FullMethod, req, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) })
+		if err != nil || lock == nil {
+			if err == nil { // ErrNoLock
+				return handler(ctx, req)
+			}
+			return nil, err
+		}
+		var resp any
+		err = g.run(ctx, info.FullMethod, lock, func(ctx context.Context) (err error) {
+			resp, err = handler(ctx, req)
+			return err
+		})
+		return resp, err
+	}
+}
+
+// StreamServerInterceptor returns an interceptor that runs each streaming
+// call's handler while holding the lock name(ctx, method, nil) from c. The
+// name comes from the method and the call's context only: see Streams in the
+// package documentation. Otherwise it behaves as UnaryServerInterceptor:
+// stream.Context() in the handler is cancelled when the lock is lost.
+func StreamServerInterceptor(c *dlock.Client, name NameFunc, opts ...Option) grpc.StreamServerInterceptor {
+	g := newGuard(c, name, opts)
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		lock, err := g.acquire(ss.Context(), info.FullMethod, nil, ss.SetTrailer)
+		if err != nil || lock == nil {
+			if err == nil { // ErrNoLock
+				return handler(srv, ss)
+			}
+			return err
+		}
+		return g.run(ss.Context(), info.FullMethod, lock, func(ctx context.Context) error {
+			return handler(srv, &lockedStream{ServerStream: ss, ctx: ctx})
+		})
+	}
+}
+
+// LockFromContext returns the lock an interceptor holds for the call whose
+// context is ctx (in a stream handler, stream.Context()), for its fencing
+// token (Lock.Fence) or its name. ok is false outside such a call, and for
+// calls whose NameFunc returned ErrNoLock.
+func LockFromContext(ctx context.Context) (lock *dlock.Lock, ok bool) {
+	lock, ok = ctx.Value(lockKey{}).(*dlock.Lock)
+	return lock, ok
+}
+
+type lockKey struct{}
+
+// lockedStream is the handler's view of a stream: its context ends when the
+// lock is lost.
+type lockedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *lockedStream) Context() context.Context { return s.ctx }
+
+// guard is what the unary and stream interceptors share.
+type guard struct {
+	c    *dlock.Client
+	name NameFunc
+	cfg  config
+}
+
+func newGuard(c *dlock.Client, name NameFunc, opts []Option) *guard {
+	if c == nil || name == nil {
+		panic("dlockgrpc: an interceptor needs a dlock.Client and a NameFunc")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		panic(err)
+	}
+	return &guard{c: c, name: name, cfg: cfg}
+}
+
+// acquire takes the call's lock. It returns a nil lock and a nil error when
+// the NameFunc asked for no lock, and a gRPC status error when the call must
+// not run. setTrailer sends the retry pushback of a busy answer.
+func (g *guard) acquire(ctx context.Context, method string, req any, setTrailer func(metadata.MD)) (*dlock.Lock, error) {
+	n, err := g.name(ctx, method, req)
+	switch {
+	case errors.Is(err, ErrNoLock):
+		return nil, nil
+	case err != nil:
+		if _, ok := status.FromError(err); ok {
+			return nil, err
+		}
+		// A plain error's text may hold internals: the client gets the code.
+		return nil, status.Error(codes.InvalidArgument, "dlockgrpc: the call names no lock")
+	}
+	lock, err := g.c.Acquire(ctx, n, g.cfg.acquire...)
+	if err == nil {
+		return lock, nil
+	}
+	var busy *dlock.NotObtainedError
+	if errors.As(err, &busy) && ctx.Err() == nil && busy.HolderTTL >= 0 {
+		setTrailer(metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(busy.HolderTTL.Milliseconds(), 10)))
+	}
+	return nil, g.statusOf(ctx, err)
+}
+
+// statusOf maps an error of Acquire to the status the client gets.
+func (g *guard) statusOf(ctx context.Context, err error) error {
+	var busy *dlock.NotObtainedError
+	switch {
+	case errors.As(err, &busy) && ctx.Err() != nil:
+		// The call's own deadline or cancellation ended the wait: say so, as
+		// every gRPC server does for an ended context.
+		return status.FromContextError(ctx.Err()).Err()
+	case errors.As(err, &busy):
+		st := status.New(g.cfg.busy, "dlockgrpc: busy: another call holds the lock; retry later")
+		if busy.HolderTTL >= 0 {
+			// A lease without expiry (a key dlock did not write) frees at
+			// no known time: then no delay is promised.
+			if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(busy.HolderTTL)}); derr == nil {
+				st = d
+			}
+		}
+		return st.Err()
+	case errors.Is(err, dlock.ErrInvalidName):
+		return status.Error(codes.InvalidArgument, "dlockgrpc: the call names an invalid lock (empty or too long)")
+	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrWrongType):
+		// The program's configuration or the data in Redis is wrong: no
+		// retry helps, and Unavailable would hide it as an outage.
+		return status.Error(codes.Internal, "dlockgrpc: lock misconfigured")
+	default:
+		// dlock.ErrClosed and everything Redis or the network returned.
+		return status.Error(codes.Unavailable, "dlockgrpc: lock service unavailable")
+	}
+}
+
+// run calls fn with a context that also ends when lock is lost, and releases
+// lock afterwards, also when fn panics: the release is deferred, not
+// recovered, so the panic keeps its value and stack.
+func (g *guard) run(ctx context.Context, method string, lock *dlock.Lock, fn func(context.Context) error) (err error) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(lock.Context(), func() { cancel(context.Cause(lock.Context())) })
+	defer func() {
+		// Stop first, so the release's own cancellation of the lock's
+		// context (cause dlock.ErrReleased) does not reach hctx.
+		stop()
+		lost := errors.Is(context.Cause(hctx), dlock.ErrLockLost)
+		cancel(context.Canceled)
+		if rerr := lock.Release(ctx); rerr != nil && g.cfg.releaseError != nil {
+			g.cfg.releaseError(ctx, method, rerr)
+		}
+		if _, isStatus := status.FromError(err); err != nil && lost && !isStatus {
+			// Most likely the handler's context error: gRPC would send it as
+			// Unknown. Aborted tells the client to redo the whole operation.
+			err = status.Error(codes.Aborted, "dlockgrpc: the lock was lost while the call ran")
+		}
+	}()
+	return fn(context.WithValue(hctx, lockKey{}, lock))
+}

@@ -1,0 +1,66 @@
+package dlockgrpc
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/dlock-go/dlock"
+)
+
+// An Option configures an interceptor.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	acquire      []dlock.AcquireOption
+	busy         codes.Code
+	releaseError func(ctx context.Context, fullMethod string, err error)
+}
+
+func defaultConfig() config {
+	return config{
+		// One attempt: see "Status codes" in the package documentation.
+		acquire: []dlock.AcquireOption{dlock.WithWait(0)},
+		busy:    codes.Aborted,
+	}
+}
+
+// WithAcquireOptions sets how each call acquires its lock, for example
+// dlock.WithTTL(30*time.Second) or dlock.WithWait(2*time.Second). They apply
+// after the interceptor's default, dlock.WithWait(0) (one attempt), so a
+// WithWait here replaces it. The lease is renewed while the handler runs
+// unless dlock.WithoutRenewal is given.
+func WithAcquireOptions(opts ...dlock.AcquireOption) Option {
+	return optionFunc(func(c *config) { c.acquire = append(c.acquire, opts...) })
+}
+
+// WithBusyCode sets the code of a call whose lock another call holds
+// (default codes.Aborted). It must not be codes.OK.
+func WithBusyCode(code codes.Code) Option {
+	return optionFunc(func(c *config) { c.busy = code })
+}
+
+// WithReleaseErrorHandler sets a function called, after the handler
+// returned, with the error of releasing the call's lock: an error matching
+// dlock.ErrNotHeld when the lock was lost while the handler ran, another
+// error when Redis could not be reached (the lock then frees when its lease
+// runs out). By default such errors are dropped: the handler has already
+// seen a lost lock through its context. Use it to log or count lost locks.
+func WithReleaseErrorHandler(fn func(ctx context.Context, fullMethod string, err error)) Option {
+	return optionFunc(func(c *config) { c.releaseError = fn })
+}
+
+// check refuses a configuration that would fail every call, when the
+// interceptor is built rather than on the first call.
+func (c *config) check() error {
+	// codes.OK would turn "busy" into a success with no response.
+	if c.busy == codes.OK || c.busy > codes.Unauthenticated {
+		return fmt.Errorf("dlockgrpc: busy code %v is not an error code", c.busy)
+	}
+	return nil
+}

@@ -1,0 +1,149 @@
+package dlockhttp
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Middleware returns a middleware that runs each request's handler while
+// holding the lock name(r) from c: see the package documentation for the
+// answers it gives when it does not run the handler, and the options.
+//
+// The handler's request context is cancelled when the request ends or the
+// lock is lost, whichever comes first; context.Cause tells which (a lost
+// lock's cause matches dlock.ErrLockLost). The lock is released when the
+// handler returns, and also when it panics: the release runs in a deferred
+// call and the panic then goes on unchanged, to net/http's recovery or the
+// caller's.
+//
+// Middleware panics when c or name is nil or an option is invalid (a status
+// outside 100-999): mistakes in the program's wiring, found at start-up
+// rather than on the first request.
+func Middleware(c *dlock.Client, name NameFunc, opts ...Option) func(http.Handler) http.Handler {
+	if c == nil || name == nil {
+		panic("dlockhttp: Middleware needs a dlock.Client and a NameFunc")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		panic(err)
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, err := name(r)
+			if err != nil {
+				cfg.writeError(w, r, cfg.invalid, nameError{err})
+				return
+			}
+			lock, err := c.Acquire(r.Context(), n, cfg.acquire...)
+			if err != nil {
+				cfg.refuse(w, r, err)
+				return
+			}
+			ctx, cancel := context.WithCancelCause(r.Context())
+			stop := context.AfterFunc(lock.Context(), func() { cancel(context.Cause(lock.Context())) })
+			// Deferred, not recovered: a panicking handler still releases,
+			// and its panic keeps its value and stack for net/http.
+			defer func() {
+				// Stop first, so the release's own cancellation of the lock's
+				// context (cause dlock.ErrReleased) does not reach ctx.
+				stop()
+				cancel(context.Canceled)
+				if err := lock.Release(r.Context()); err != nil && cfg.releaseError != nil {
+					cfg.releaseError(r, err)
+				}
+			}()
+			next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, lockKey{}, lock)))
+		})
+	}
+}
+
+// LockFromContext returns the lock the middleware holds for the request
+// whose context is ctx, for its fencing token (Lock.Fence) or its name. ok
+// is false outside a handler wrapped by Middleware.
+func LockFromContext(ctx context.Context) (lock *dlock.Lock, ok bool) {
+	lock, ok = ctx.Value(lockKey{}).(*dlock.Lock)
+	return lock, ok
+}
+
+type lockKey struct{}
+
+// refuse answers a request whose lock was not acquired.
+func (cfg *config) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	status := cfg.status(err)
+	var busy *dlock.NotObtainedError
+	if errors.As(err, &busy) {
+		if s := retryAfter(busy.HolderTTL); s != "" {
+			w.Header().Set("Retry-After", s)
+		}
+	}
+	cfg.writeError(w, r, status, err)
+}
+
+// status maps an error of Acquire to the answer's status.
+func (cfg *config) status(err error) int {
+	switch {
+	case errors.Is(err, dlock.ErrNotObtained):
+		// Also when the request's context ended the wait: the lock was busy
+		// all along, and a client that went away reads no answer anyway.
+		return cfg.busy
+	case errors.Is(err, dlock.ErrInvalidName):
+		return cfg.invalid
+	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrWrongType):
+		// The program's configuration or the data in Redis is wrong: no
+		// retry by the client helps, and 503 would hide it as an outage.
+		return http.StatusInternalServerError
+	default:
+		// dlock.ErrClosed and everything Redis or the network returned.
+		return cfg.unavailable
+	}
+}
+
+// retryAfter is the Retry-After value for a holder's remaining lease: whole
+// seconds rounded up (answering 0 or rounding down invites a retry that is
+// sure to fail), at least 1. It is empty for a lease without expiry (a key
+// dlock did not write), when no time can honestly be promised.
+func retryAfter(holder time.Duration) string {
+	if holder < 0 {
+		return ""
+	}
+	secs := (holder + time.Second - 1) / time.Second
+	return strconv.FormatInt(max(int64(secs), 1), 10)
+}
+
+// nameError marks an error of the NameFunc for writeError, without changing
+// its text or what it matches.
+type nameError struct{ err error }
+
+func (e nameError) Error() string { return e.err.Error() }
+func (e nameError) Unwrap() error { return e.err }
+
+// writeError is the default ErrorWriter. The body names a missing field,
+// which the client can fix, and nothing internal: no Redis address, no
+// error text from Redis or from a NameFunc.
+func writeError(w http.ResponseWriter, _ *http.Request, status int, err error) {
+	var missing *MissingValueError
+	var msg string
+	switch {
+	case errors.As(err, &missing):
+		msg = missing.Error()
+	case errors.As(err, new(nameError)):
+		msg = "dlockhttp: the request names no lock"
+	case errors.Is(err, dlock.ErrNotObtained):
+		msg = "dlockhttp: busy: another request holds the lock; retry later"
+	case errors.Is(err, dlock.ErrInvalidName):
+		msg = "dlockhttp: the request names an invalid lock (empty or too long)"
+	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrWrongType):
+		msg = "dlockhttp: internal error"
+	default:
+		msg = "dlockhttp: lock service unavailable"
+	}
+	http.Error(w, msg, status)
+}

@@ -1,0 +1,108 @@
+package dlockhttp
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/dlock-go/dlock"
+)
+
+// An Option configures a Middleware.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// An ErrorWriter answers a request the middleware did not hand to the
+// handler. status is the status the middleware chose (see the package
+// documentation); err says why: the NameFunc's error, or Acquire's (a
+// *dlock.NotObtainedError when busy). It may hold details (Redis addresses,
+// lock names) not meant for clients. On a busy lock, Retry-After is already
+// set in w's header when the writer runs.
+type ErrorWriter func(w http.ResponseWriter, r *http.Request, status int, err error)
+
+type config struct {
+	acquire      []dlock.AcquireOption
+	busy         int
+	invalid      int
+	unavailable  int
+	writeError   ErrorWriter
+	releaseError func(*http.Request, error)
+}
+
+func defaultConfig() config {
+	return config{
+		// One attempt: see "Responses" in the package documentation.
+		acquire:     []dlock.AcquireOption{dlock.WithWait(0)},
+		busy:        http.StatusConflict,
+		invalid:     http.StatusBadRequest,
+		unavailable: http.StatusServiceUnavailable,
+		writeError:  writeError,
+	}
+}
+
+// WithAcquireOptions sets how each request acquires its lock, for example
+// dlock.WithTTL(30*time.Second) or dlock.WithWait(2*time.Second). They apply
+// after the middleware's default, dlock.WithWait(0) (one attempt), so a
+// WithWait here replaces it. The lease is renewed while the handler runs
+// unless dlock.WithoutRenewal is given.
+func WithAcquireOptions(opts ...dlock.AcquireOption) Option {
+	return optionFunc(func(c *config) { c.acquire = append(c.acquire, opts...) })
+}
+
+// WithBusyStatus sets the status of a request whose lock another request
+// holds (default 409 Conflict, with Retry-After).
+func WithBusyStatus(code int) Option {
+	return optionFunc(func(c *config) { c.busy = code })
+}
+
+// WithInvalidNameStatus sets the status of a request that names no valid
+// lock: its NameFunc failed or dlock refused the name (default 400 Bad
+// Request).
+func WithInvalidNameStatus(code int) Option {
+	return optionFunc(func(c *config) { c.invalid = code })
+}
+
+// WithUnavailableStatus sets the status of a request whose lock could not be
+// acquired because Redis could not be reached or the dlock Client is closed
+// (default 503 Service Unavailable).
+func WithUnavailableStatus(code int) Option {
+	return optionFunc(func(c *config) { c.unavailable = code })
+}
+
+// WithErrorWriter replaces how the middleware answers requests it does not
+// hand to the handler (default: the status and a one-line plain text body
+// that names a missing field but no internals).
+func WithErrorWriter(w ErrorWriter) Option {
+	return optionFunc(func(c *config) { c.writeError = w })
+}
+
+// WithReleaseErrorHandler sets a function called, after the handler
+// returned, with the error of releasing the request's lock: an error
+// matching dlock.ErrNotHeld when the lock was lost while the handler ran,
+// another error when Redis could not be reached (the lock then frees when its
+// lease runs out). By default such errors are dropped: the handler has
+// already seen a lost lock through its context, and the response is
+// written. Use it to log or count lost locks.
+func WithReleaseErrorHandler(fn func(r *http.Request, err error)) Option {
+	return optionFunc(func(c *config) { c.releaseError = fn })
+}
+
+// check refuses a configuration that would fail on every request, at the
+// time the middleware is built rather than on the first request.
+func (c *config) check() error {
+	for _, s := range []struct {
+		what string
+		code int
+	}{{"busy", c.busy}, {"invalid name", c.invalid}, {"unavailable", c.unavailable}} {
+		// The range http.ResponseWriter.WriteHeader accepts without panicking.
+		if s.code < 100 || s.code > 999 {
+			return fmt.Errorf("dlockhttp: %s status %d is not a valid HTTP status", s.what, s.code)
+		}
+	}
+	if c.writeError == nil {
+		return fmt.Errorf("dlockhttp: nil ErrorWriter")
+	}
+	return nil
+}
