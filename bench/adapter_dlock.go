@@ -10,16 +10,39 @@ import (
 )
 
 func init() {
-	register(library{
-		name:  "dlock",
-		order: 40,
+	register(dlockLibrary("dlock", 40, false, false))
+	// The same on go-redis' (experimental) auto-pipeliner: commands of many
+	// goroutines share one write and one read. Optional: run it with
+	// -libs raw,dlock,dlock-autopipe.
+	register(dlockLibrary("dlock-autopipe", 41, true, true))
+}
+
+func dlockLibrary(name string, order int, optional, autopipe bool) library {
+	return library{
+		name:     name,
+		order:    order,
+		optional: optional,
 		settings: func(cfg *config) string {
-			return fmt.Sprintf("dlock (this repo); WithTTL(%v), WithWait(%v); its own waiting", cfg.ttl, cfg.wait)
+			via := "a go-redis client"
+			if autopipe {
+				via = "rdb.AutoPipeline() (go-redis, experimental)"
+			}
+			return fmt.Sprintf("dlock (this repo) on %s; WithTTL(%v), WithWait(%v); its own waiting", via, cfg.ttl, cfg.wait)
 		},
 		open: func(e *cellEnv, lay layout, n int) ([]locker, func(), error) {
 			var clients []*dlock.Client
+			var mkErr error
 			lockers, closeRedis, err := openGoRedis(e, lay, n, func(rdb *redis.Client) locker {
-				c := dlock.New(rdb)
+				var conn redis.UniversalClient = rdb
+				if autopipe {
+					ap, err := rdb.AutoPipeline()
+					if err != nil {
+						mkErr = err
+					} else {
+						conn = ap
+					}
+				}
+				c := dlock.New(conn)
 				clients = append(clients, c)
 				ttl, wait := e.cfg.ttl, e.cfg.wait
 				return funcLocker{
@@ -33,7 +56,13 @@ func init() {
 					},
 				}
 			})
+			if err == nil {
+				err = mkErr
+			}
 			if err != nil {
+				if closeRedis != nil {
+					closeRedis()
+				}
 				return nil, nil, err
 			}
 			closeAll := func() {
@@ -42,7 +71,7 @@ func init() {
 			}
 			return lockers, closeAll, nil
 		},
-	})
+	}
 }
 
 // funcLocker adapts a pair of closures to the locker interface.
