@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -138,5 +139,34 @@ func TestUnreachableRedis(t *testing.T) {
 	// go-redis' own retries and timeouts.
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("TryAcquire took %v past a 500ms deadline", d)
+	}
+}
+
+func TestBlackholedRedisHonoursDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newLocker(t, rdb)
+	// Connection and script in place; nothing left to release through the cut.
+	if err := mustAcquire(t, c, "warm").Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Blackhole()
+
+	ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = c.TryAcquire(ctx, "order:8")
+	if err == nil || !strings.Contains(err.Error(), `acquire "order:8"`) {
+		t.Fatalf("TryAcquire through a blackhole: %v, want an error naming the lock", err)
+	}
+	// Generous bound: the point is the caller's deadline, not ReadTimeout (3s).
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("TryAcquire took %v past a 300ms deadline", d)
 	}
 }
