@@ -225,8 +225,12 @@ func (c *Client) runRelease(ctx context.Context, k keys, token, entry string) (i
 
 // releaseScript runs the release script; tombstone 0 writes no tombstone.
 func (c *Client) releaseScript(ctx context.Context, k keys, token, entry string, tombstone time.Duration) (int64, error) {
+	sharded := "0"
+	if c.notify.sharded() {
+		sharded = "1"
+	}
 	return scripts.Release.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.last},
-		token, ms(tombstone), entry, k.handoff).Int64()
+		token, ms(tombstone), entry, k.handoff, sharded).Int64()
 }
 
 // tombstoneTTL is how long Redis remembers the token of a release, so that

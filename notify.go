@@ -15,18 +15,26 @@ import (
 //
 // The connection and its reading goroutine exist only while some channel is
 // subscribed: an idle Client runs no goroutine.
+//
+// In a Cluster the hand-off channels are shard channels (SSUBSCRIBE and
+// SPUBLISH, Redis 7): a message then stays on the shard of its lock instead
+// of being broadcast over the cluster bus to every node. A shard channel can
+// only be subscribed on the node that serves its slot, so there is one
+// session per primary that has waiters of this process.
 type notifier struct {
-	rdb    redis.UniversalClient
-	linger time.Duration
+	rdb     redis.UniversalClient
+	cluster *redis.ClusterClient // nil outside a Cluster
+	linger  time.Duration
 
-	mu   sync.Mutex
-	subs map[string]*subscription
-	sess *session // nil when nothing is subscribed
-	wg   sync.WaitGroup
+	mu       sync.Mutex
+	subs     map[string]*subscription
+	sessions map[string]*session // by primary address ("" outside a Cluster)
+	wg       sync.WaitGroup
 }
 
 // session is one pub/sub connection and the goroutine that reads it.
 type session struct {
+	node string
 	ps   *redis.PubSub
 	stop context.CancelFunc
 	ctx  context.Context
@@ -35,6 +43,7 @@ type session struct {
 // subscription is one channel that waiters listen to.
 type subscription struct {
 	channel string
+	node    string // the session's key
 	refs    int
 	ready   chan struct{} // closed when Redis confirmed the subscription
 	isReady bool
@@ -43,8 +52,13 @@ type subscription struct {
 }
 
 func newNotifier(rdb redis.UniversalClient) *notifier {
-	return &notifier{rdb: rdb, linger: subscriptionLinger, subs: map[string]*subscription{}}
+	n := &notifier{rdb: rdb, linger: subscriptionLinger, subs: map[string]*subscription{}, sessions: map[string]*session{}}
+	n.cluster, _ = rdb.(*redis.ClusterClient)
+	return n
 }
+
+// sharded reports whether hand-off messages use shard channels.
+func (n *notifier) sharded() bool { return n.cluster != nil }
 
 // subscriptionLinger is how long a channel stays subscribed after its last
 // waiter left.
@@ -64,20 +78,41 @@ func (n *notifier) subscribe(ctx context.Context, channel string) (*subscription
 		}
 		return s, nil
 	}
-	s := &subscription{channel: channel, refs: 1, ready: make(chan struct{}), msgs: make(chan string, 4)}
+	node := ""
+	if n.cluster != nil {
+		primary, err := n.cluster.MasterForKey(ctx, channel)
+		if err != nil {
+			return nil, err
+		}
+		node = primary.Options().Addr
+	}
+	s := &subscription{channel: channel, node: node, refs: 1, ready: make(chan struct{}), msgs: make(chan string, 4)}
 	// The SUBSCRIBE is written under mu, so it cannot overtake the
 	// UNSUBSCRIBE of an earlier subscription of the same channel.
-	if n.sess == nil {
+	if sess := n.sessions[node]; sess == nil {
 		sctx, stop := context.WithCancel(context.Background())
-		ps := n.rdb.Subscribe(ctx, channel)
-		n.sess = &session{ps: ps, stop: stop, ctx: sctx}
+		var ps *redis.PubSub
+		if n.cluster != nil {
+			ps = n.cluster.SSubscribe(ctx, channel)
+		} else {
+			ps = n.rdb.Subscribe(ctx, channel)
+		}
+		sess = &session{node: node, ps: ps, stop: stop, ctx: sctx}
+		n.sessions[node] = sess
 		n.wg.Add(1)
-		go n.read(n.sess)
-	} else if err := n.sess.ps.Subscribe(ctx, channel); err != nil {
+		go n.read(sess)
+	} else if err := n.subscribeMore(ctx, sess, channel); err != nil {
 		return nil, err
 	}
 	n.subs[channel] = s
 	return s, nil
+}
+
+func (n *notifier) subscribeMore(ctx context.Context, sess *session, channel string) error {
+	if n.cluster != nil {
+		return sess.ps.SSubscribe(ctx, channel)
+	}
+	return sess.ps.Subscribe(ctx, channel)
 }
 
 // unsubscribe drops one reference; the channel is unsubscribed after the
@@ -99,13 +134,24 @@ func (n *notifier) expire(s *subscription) {
 		return
 	}
 	delete(n.subs, s.channel)
-	sess := n.sess
-	if len(n.subs) > 0 {
-		_ = sess.ps.Unsubscribe(context.Background(), s.channel)
+	sess := n.sessions[s.node]
+	if sess == nil {
 		n.mu.Unlock()
 		return
 	}
-	n.sess = nil
+	for _, other := range n.subs {
+		if other.node == s.node {
+			// The session still serves others: drop only this channel.
+			if n.cluster != nil {
+				_ = sess.ps.SUnsubscribe(context.Background(), s.channel)
+			} else {
+				_ = sess.ps.Unsubscribe(context.Background(), s.channel)
+			}
+			n.mu.Unlock()
+			return
+		}
+	}
+	delete(n.sessions, s.node)
 	n.mu.Unlock()
 	sess.stop()
 	_ = sess.ps.Close()
@@ -120,10 +166,10 @@ func (n *notifier) close() {
 		}
 		delete(n.subs, ch)
 	}
-	sess := n.sess
-	n.sess = nil
+	sessions := n.sessions
+	n.sessions = map[string]*session{}
 	n.mu.Unlock()
-	if sess != nil {
+	for _, sess := range sessions {
 		sess.stop()
 		_ = sess.ps.Close()
 	}

@@ -48,6 +48,36 @@ func TestClusterCoreWaitingAndRenewal(t *testing.T) {
 		t.Fatalf("locks on %d primaries, want all 3: %v", len(perNode), perNode)
 	}
 
+	// A waiter listens on a shard channel of its lock's slot, on the node
+	// that serves it: hand-off messages stay on that shard.
+	holder := mustAcquire(t, c, "sharded", dlock.WithTTL(5*time.Second))
+	waiter := newLocker(t, cs.ClusterClient(t))
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Acquire(bg, "sharded", dlock.WithWait(10*time.Second))
+		if err == nil {
+			err = l.Release(bg)
+		}
+		got <- err
+	}()
+	node, err := cc.MasterForKey(bg, "dlock:{sharded}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a shard channel subscriber on the lock's node", func() bool {
+		chans, _ := node.PubSubShardChannels(bg, "dlock:{sharded}:w:*").Result()
+		return len(chans) == 1
+	})
+	if chans, _ := node.PubSubChannels(bg, "dlock:{sharded}*").Result(); len(chans) != 0 {
+		t.Fatalf("plain pub/sub channels in a Cluster: %v", chans)
+	}
+	if err := holder.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter on a shard channel: %v", err)
+	}
+
 	// Waiting and hand-off between clients of their own, as processes.
 	var clients []*dlock.Client
 	for range 3 {

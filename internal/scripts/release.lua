@@ -6,7 +6,8 @@
 -- ARGV[1] token, ARGV[2] tombstone lifetime in ms, or 0 for none (a forced
 -- unlock: the holder's own later release must report "not held"), ARGV[3] our own queue
 -- entry to drop (a waiter giving up), or '', ARGV[4] prefix of the waiters'
--- hand-off channels
+-- hand-off channels, ARGV[5] '1' to tell the waiter on a shard channel
+-- (SPUBLISH: in a Cluster the message stays on the lock's shard)
 -- Returns 1 when released now, 2 when this token was released before (a
 -- re-sent release), 0 when the lock is not ours.
 --
@@ -46,7 +47,9 @@ if #head > 0 then
       if err then return err end
       tombstone()
       grant(key, fence, wtoken, ttl, owner, string.format('%d', now_ms))
-      redis.call('PUBLISH', ARGV[4] .. id, wtoken .. ':' .. string.format('%d', fence))
+      local publish = 'PUBLISH'
+      if ARGV[5] == '1' then publish = 'SPUBLISH' end
+      redis.call(publish, ARGV[4] .. id, wtoken .. ':' .. string.format('%d', fence))
       return 1
     end
     head = redis.call('ZRANGE', queue, 0, 0)
