@@ -94,8 +94,9 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 	if err == nil && ac.wait < 0 {
 		err = fmt.Errorf("%w: wait %v is negative", ErrInvalidOption, ac.wait)
 	}
-	if err == nil && (ac.replicas < 0 || (ac.replicas > 0 && ac.replicaWait <= 0)) {
-		err = fmt.Errorf("%w: WithReplicas(%d, %v) needs n >= 0 and a positive timeout", ErrInvalidOption, ac.replicas, ac.replicaWait)
+	if err == nil && (ac.replicas < 0 || (ac.replicas > 0 && ac.replicaWait < time.Millisecond)) {
+		// WAIT takes whole ms, and WAIT n 0 would block for ever.
+		err = fmt.Errorf("%w: WithReplicas(%d, %v) needs n >= 0 and a timeout of at least 1ms", ErrInvalidOption, ac.replicas, ac.replicaWait)
 	}
 	if err == nil && ac.maxHold < 0 {
 		err = fmt.Errorf("%w: max hold %v is negative", ErrInvalidOption, ac.maxHold)
@@ -161,12 +162,13 @@ type queued struct{ entry string }
 // parseAcquire reads {1, fence} or {0, pttl, entry}.
 func parseAcquire(res []any) (ok bool, n int64, entry string, err error) {
 	if len(res) < 2 {
-		return false, 0, "", fmt.Errorf("unexpected reply %v", res)
+		return false, 0, "", fmt.Errorf("unexpected reply of %d elements", len(res))
 	}
 	flag, ok1 := res[0].(int64)
 	n, ok2 := res[1].(int64)
 	if !ok1 || !ok2 {
-		return false, 0, "", fmt.Errorf("unexpected reply %v", res)
+		// Types only: an entry in the reply would carry a token.
+		return false, 0, "", fmt.Errorf("unexpected reply of types %T, %T", res[0], res[1])
 	}
 	if len(res) > 2 {
 		entry, _ = res[2].(string)
@@ -199,8 +201,14 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, ac acquireCo
 		// While the SUBSCRIBE is on its way, try once without queueing: a
 		// hand-off published before Redis confirmed it would be missed.
 		l, holder, err := c.attempt(wctx, name, ac, token, nil)
-		if l != nil || !isBusy(err) {
-			return l, c.waitError(ctx, wctx, name, holder, err)
+		if l != nil {
+			return l, nil
+		}
+		if !isBusy(err) {
+			// The attempt may have run and granted the lock with its reply
+			// lost: release by token, so nothing is left held.
+			c.withdraw(ctx, k, token, "")
+			return nil, c.waitError(ctx, wctx, name, holder, err)
 		}
 		q.setHolderTTL(holder)
 		select {
@@ -217,8 +225,14 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, ac acquireCo
 	for {
 		sent := time.Now()
 		l, holder, err := c.attempt(wctx, name, ac, token, &entry)
-		if l != nil || !isBusy(err) {
-			return l, c.waitError(ctx, wctx, name, holder, err)
+		if l != nil {
+			return l, nil
+		}
+		if !isBusy(err) {
+			// Leave the line, and free a grant whose reply was lost: a
+			// release would otherwise hand the lock to a token nobody holds.
+			c.withdraw(ctx, k, token, entry.entry)
+			return nil, c.waitError(ctx, wctx, name, holder, err)
 		}
 		lastSeen = sent
 		q.setHolderTTL(holder)
@@ -271,6 +285,12 @@ func handedTo(msg, token string) (int64, bool) {
 // the caller starts work.
 func (c *Client) handedOver(ctx context.Context, name string, k keys, token string, fence int64, ac acquireConfig, lastSeen time.Time) (*Lock, error) {
 	l := c.newLock(ctx, name, k, token, fence, ac, lastSeen)
+	fail := func(err error) (*Lock, error) {
+		// Nobody else can release this lock: do it before giving up, or it
+		// stays held and renewed with no owner.
+		_ = l.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	if ac.replicas > 0 {
 		// The releaser wrote the hand-off on its own connection; a WAIT
 		// after our refresh on ours covers it too, replication being in
@@ -280,14 +300,13 @@ func (c *Client) handedOver(ctx context.Context, name string, k keys, token stri
 			err = c.checkReplicated(ctx, l, ac, acked)
 		}
 		if err != nil {
-			_ = l.Release(ctx)
-			return nil, err
+			return fail(err)
 		}
 		return l, nil
 	}
 	if time.Since(lastSeen) > ac.ttl/2 {
 		if err := l.Refresh(ctx, ac.ttl); err != nil {
-			return nil, err
+			return fail(err)
 		}
 	}
 	return l, nil

@@ -38,7 +38,10 @@ type Lock struct {
 	leased   time.Time   // send time of the last confirmed acquire or refresh
 	deadline *time.Timer // fires at the lease deadline unless a renewal moved it
 	holdDone bool        // renewal stopped at the hold limit
-	cause    error       // why the lock ended, once it has
+	// releasing: a Release is under way. A renewal or Refresh that finds the
+	// lock gone then saw our own release, not a loss.
+	releasing bool
+	cause     error // why the lock ended, once it has
 	// The lock's context is made on the first call of Context: most
 	// callers of Acquire never ask for it, and it costs allocations.
 	ctx    context.Context
@@ -66,10 +69,12 @@ func (c *Client) newLock(ctx context.Context, name string, k keys, token string,
 	// The lock's context keeps the values of the caller's (trace ids) but
 	// not its cancellation: the lock lives until it is released or lost.
 	l.values = context.WithoutCancel(ctx)
+	// Tracked before the deadline timer exists: a lease already over fires
+	// it at once, and its untrack must come after this track.
+	c.track(l)
 	l.mu.Lock()
 	l.deadline = time.AfterFunc(l.leaseLeft(), l.leaseEnded)
 	l.mu.Unlock()
-	c.track(l)
 	if l.renew {
 		c.renewer.add(l)
 	}
@@ -149,16 +154,16 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if !l.is(held) {
 		return opError("refresh", l.name, ErrNotHeld)
 	}
-	sent := time.Now()
-	ok, err := scripts.Refresh.Run(ctx, l.c.rdb, []string{l.keys.lock}, l.token, ms(ttl)).Int64()
+	ok, err := l.refreshScript(ctx, ttl)
 	if err != nil {
 		return opError("refresh", l.name, redisError(err))
 	}
-	if ok != 1 {
-		l.lose(ReasonTakenOver, fmt.Errorf("%w: refresh found the lock gone or taken over", ErrLockLost))
+	if !ok {
+		if !l.isReleasing() {
+			l.lose(ReasonTakenOver, fmt.Errorf("%w: refresh found the lock gone or taken over", ErrLockLost))
+		}
 		return opError("refresh", l.name, ErrNotHeld)
 	}
-	l.confirm(sent, ttl)
 	if l.renew {
 		l.c.renewer.reschedule(l)
 	}
@@ -190,7 +195,11 @@ func (l *Lock) release(ctx context.Context) error {
 		return opError("release", l.name, ErrNotHeld)
 	}
 	l.c.renewer.remove(l)
+	l.setReleasing(true)
 	res, err := l.c.runRelease(ctx, l.keys, l.token, "")
+	if err != nil {
+		l.setReleasing(false)
+	}
 	e := ReleaseEvent{Name: l.name, Held: time.Since(l.start), AfterLoss: l.is(lost)}
 	switch {
 	case err != nil:
@@ -238,6 +247,30 @@ func (c *Client) releaseScript(ctx context.Context, k keys, token, entry string,
 // timeout) reports success rather than a false ErrNotHeld. It covers
 // go-redis' default retries with their timeouts several times over.
 const tombstoneTTL = 30 * time.Second
+
+// refreshScript runs the owner-checked refresh whatever the local state,
+// and moves the deadline when Redis confirmed it.
+func (l *Lock) refreshScript(ctx context.Context, ttl time.Duration) (bool, error) {
+	sent := time.Now()
+	ok, err := scripts.Refresh.Run(ctx, l.c.rdb, []string{l.keys.lock}, l.token, ms(ttl)).Int64()
+	if err != nil || ok != 1 {
+		return false, err
+	}
+	l.confirm(sent, ttl)
+	return true, nil
+}
+
+func (l *Lock) setReleasing(v bool) {
+	l.mu.Lock()
+	l.releasing = v
+	l.mu.Unlock()
+}
+
+func (l *Lock) isReleasing() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.releasing
+}
 
 func (l *Lock) is(s lockState) bool {
 	l.mu.Lock()

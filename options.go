@@ -184,6 +184,10 @@ func checkName(name string) error {
 		return fmt.Errorf("%w: empty", ErrInvalidName)
 	case len(name) > MaxNameLength:
 		return fmt.Errorf("%w: %d bytes, above the maximum %d", ErrInvalidName, len(name), MaxNameLength)
+	case name[0] == '}':
+		// The key's hash tag "{}" would be empty: Redis would hash each key
+		// of the lock whole, and in a Cluster they would not share a slot.
+		return fmt.Errorf("%w: %q starts with '}'", ErrInvalidName, name)
 	}
 	return nil
 }

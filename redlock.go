@@ -329,13 +329,16 @@ func (m *MultiLock) Refresh(ctx context.Context, ttl time.Duration) error {
 			continue
 		}
 		wg.Go(func() {
-			err := l.Refresh(ctx, ttl)
+			// Straight to Redis: a node lock whose own deadline passed
+			// during a blip is still ours if Redis says so; the quorum's
+			// validity, not each node's timer, decides.
+			held, err := l.refreshScript(ctx, ttl)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
-			case err == nil:
+			case held:
 				ok++
-			case errors.Is(err, ErrNotHeld):
+			case err == nil:
 				gone++
 			}
 		})

@@ -130,6 +130,9 @@ func (r *renewer) loop() {
 			return
 		}
 		if len(r.due) == 0 {
+			// Set under the same lock that saw the heap empty, so a lock
+			// scheduled right after compares with the idle wake-up.
+			r.wakeAt = time.Now().Add(renewIdle)
 			r.mu.Unlock()
 			if !r.idle(timer) {
 				return
@@ -159,9 +162,6 @@ func (r *renewer) loop() {
 // while spares a process that takes and releases locks one after another a
 // goroutine start per lock.
 func (r *renewer) idle(timer *time.Timer) bool {
-	r.mu.Lock()
-	r.wakeAt = time.Now().Add(renewIdle)
-	r.mu.Unlock()
 	timer.Reset(renewIdle)
 	select {
 	case <-r.kick:
@@ -286,6 +286,8 @@ func (r *renewer) settle(j *renewal) {
 		if !last {
 			r.schedule(l, renewAt(j.sent, j.ttl))
 		}
+	case err == nil && l.isReleasing():
+		// Our own Release ran first: not a loss.
 	case err == nil:
 		r.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultLost})
 		l.lose(ReasonTakenOver, fmt.Errorf("%w: renewal found the lock gone or taken over", ErrLockLost))

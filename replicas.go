@@ -119,10 +119,10 @@ func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, scr
 	if err := ev.Err(); err != nil {
 		return nil, 0, err
 	}
-	acked, err := wait.Int64()
-	if err != nil {
-		return nil, 0, err
-	}
+	// The script ran; a WAIT that failed confirmed nothing. Counting it as
+	// no acknowledgement lets the caller release what the script granted
+	// instead of stranding it.
+	acked, _ := wait.Int64()
 	return ev.Val(), acked, nil
 }
 

@@ -16,8 +16,15 @@ local token, ttl, owner, waiter, prev = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV
 -- HGET fails with WRONGTYPE when the key is not a hash: nothing written yet.
 local held = redis.call('HGET', key, 'token')
 if held == token then
-  -- Ours already: a release handed it to us, or this is our own acquire
-  -- sent again after a lost reply. Report success, never strand it.
+  -- Ours already: a release handed it to us (and its message was lost), or
+  -- this is our own acquire sent again after a lost reply. Report success,
+  -- never strand it; and start the lease now, because the caller dates its
+  -- lease from this attempt, not from the hand-off it never heard of.
+  redis.call('PEXPIRE', key, ttl)
+  redis.call('HSET', key, 'ttl', ttl)
+  if prev ~= '' then
+    redis.call('ZREM', queue, prev)
+  end
   return {1, tonumber(redis.call('HGET', key, 'fence'))}
 end
 if held then
@@ -36,7 +43,11 @@ if held then
       end
     end
     redis.call('ZADD', queue, score, entry)
-    redis.call('PEXPIRE', queue, 2 * alive)
+    -- Only ever extend: a waiter with a short TTL must not cut the line
+    -- short for the others.
+    if redis.call('PTTL', queue) < 2 * alive then
+      redis.call('PEXPIRE', queue, 2 * alive)
+    end
   end
   return {0, redis.call('PTTL', key), entry}
 end
