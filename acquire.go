@@ -23,6 +23,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 	var l *Lock
 	if err == nil {
 		l, _, err = c.attempt(ctx, name, ac, newToken(), nil)
+		l, err = c.afterClose(ctx, name, l, err)
 	}
 	c.cfg.observers.acquire(ctx, name, start, l, err)
 	return l, err
@@ -45,8 +46,20 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
 	start := time.Now()
 	l, err := c.acquire(ctx, name, opts)
+	l, err = c.afterClose(ctx, name, l, err)
 	c.cfg.observers.acquire(ctx, name, start, l, err)
 	return l, err
+}
+
+// afterClose releases a lock obtained while Close ran: Close has already
+// released what it knew of and stopped renewal, so nobody would renew or
+// release this one.
+func (c *Client) afterClose(ctx context.Context, name string, l *Lock, err error) (*Lock, error) {
+	if l == nil || !c.closed.Load() {
+		return l, err
+	}
+	_ = l.Release(ctx)
+	return nil, opError("acquire", name, ErrClosed)
 }
 
 func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption) (*Lock, error) {
@@ -70,6 +83,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 	}
 	wctx, cancel := context.WithTimeout(ctx, ac.wait)
 	defer cancel()
+	defer context.AfterFunc(c.closing, cancel)() // Close ends the wait
 
 	q, w := c.joinLocal(name)
 	defer c.leaveLocal(name, q, w)
@@ -337,5 +351,8 @@ func (c *Client) waitError(ctx, wctx context.Context, name string, holder time.D
 // gaveUp is the error of a wait that ended without the lock: busy, and also
 // the caller's context error when that context ended it.
 func (c *Client) gaveUp(ctx context.Context, name string, holder time.Duration) error {
+	if c.closed.Load() {
+		return opError("acquire", name, ErrClosed)
+	}
 	return &NotObtainedError{Name: name, HolderTTL: holder, cause: ctx.Err(), waited: ctx.Err() == nil}
 }

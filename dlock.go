@@ -20,6 +20,9 @@ type Client struct {
 	rdb    redis.UniversalClient
 	cfg    config
 	closed atomic.Bool
+	// closing ends the waits under way when Close is called.
+	closing    context.Context
+	closeWaits context.CancelFunc
 
 	// id names this client in the waiter queues in Redis: one entry per
 	// client and name, however many goroutines wait.
@@ -61,15 +64,18 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		held: map[*Lock]struct{}{},
 	}
 	c.renewer = newRenewer(c)
+	c.closing, c.closeWaits = context.WithCancel(context.Background())
 	return c
 }
 
 // Close releases the locks this client still holds, stops its background
-// work (renewal, wake-ups) and waits for it. Acquisitions after Close fail
-// with ErrClosed. ctx bounds the releases; a lock that could not be released
+// work (renewal, wake-ups) and waits for it. Waits under way end, and
+// acquisitions after Close fail, with ErrClosed; a lock obtained while Close
+// ran is released again. ctx bounds the releases; a lock that could not be released
 // expires with its TTL. The error joins the failed releases.
 func (c *Client) Close(ctx context.Context) error {
 	c.closed.Store(true)
+	c.closeWaits()
 	c.hmu.Lock()
 	locks := make([]*Lock, 0, len(c.held))
 	for l := range c.held {

@@ -27,6 +27,7 @@ type notifier struct {
 	linger  time.Duration
 
 	mu       sync.Mutex
+	closed   bool
 	subs     map[string]*subscription
 	sessions map[string]*session // by primary address ("" outside a Cluster)
 	wg       sync.WaitGroup
@@ -70,6 +71,9 @@ const subscriptionLinger = 3 * time.Second
 func (n *notifier) subscribe(ctx context.Context, channel string) (*subscription, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.closed {
+		return nil, ErrClosed
+	}
 	if s := n.subs[channel]; s != nil {
 		s.refs++
 		if s.linger != nil {
@@ -160,6 +164,7 @@ func (n *notifier) expire(s *subscription) {
 // close ends the session at once and waits for its goroutine.
 func (n *notifier) close() {
 	n.mu.Lock()
+	n.closed = true
 	for ch, s := range n.subs {
 		if s.linger != nil {
 			s.linger.Stop()

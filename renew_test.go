@@ -409,3 +409,26 @@ func TestKilledHolderFreesLockWithinTTL(t *testing.T) {
 	}
 	_ = l.Release(bg)
 }
+
+func TestCloseEndsWaits(t *testing.T) {
+	c, _, srv := setup(t)
+	mustAcquire(t, c, "busy-at-close", dlock.WithTTL(10*time.Second))
+	waiter := newClients(t, srv, 1)[0]
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(bg, "busy-at-close", dlock.WithWait(time.Minute))
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let it line up
+	if err := waiter.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, dlock.ErrClosed) {
+			t.Fatalf("wait ended by Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end a wait under way")
+	}
+}
