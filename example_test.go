@@ -81,3 +81,47 @@ func ExampleLock_Release() {
 	// stale release: true
 	// new holder's release: <nil>
 }
+
+// Do runs a function under the lock: acquire (waiting), run, release, also
+// on panic. fn's context ends if the lock is lost, and Do's error then
+// matches ErrLockLost.
+func ExampleClient_Do() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.New(rdb)
+	defer locker.Close(ctx)
+
+	err := locker.Do(ctx, "job:nightly", func(ctx context.Context) error {
+		fmt.Println("running the nightly job alone")
+		return nil
+	}, dlock.WithTTL(30*time.Second), dlock.WithWait(5*time.Second))
+	fmt.Println("lost while running:", errors.Is(err, dlock.ErrLockLost), "error:", err)
+	// Output:
+	// running the nightly job alone
+	// lost while running: false error: <nil>
+}
+
+// Acquire waits for a busy lock; the holder's release hands it straight to
+// the first waiter, with a larger fence.
+func ExampleClient_Acquire() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.New(rdb)
+	defer locker.Close(ctx)
+
+	first, _ := locker.TryAcquire(ctx, "stock:sku-1")
+	go func() {
+		time.Sleep(50 * time.Millisecond) // the first holder's work
+		first.Release(ctx)
+	}()
+	second, err := locker.Acquire(ctx, "stock:sku-1", dlock.WithWait(5*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer second.Release(ctx)
+	fmt.Println("handed over, fence grew:", second.Fence() > first.Fence())
+	// Output: handed over, fence grew: true
+}
