@@ -2,8 +2,6 @@ package dlock_test
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,28 +29,9 @@ func TestThroughAutoPipeliner(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var inside, overlaps atomic.Int64
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for range 20 {
-				err := c.Do(bg, "ap-contended", func(context.Context) error {
-					if inside.Add(1) > 1 {
-						overlaps.Add(1)
-					}
-					time.Sleep(time.Millisecond)
-					inside.Add(-1)
-					return nil
-				}, dlock.WithWait(10*time.Second))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if overlaps.Load() != 0 {
-		t.Fatalf("%d overlaps through the auto-pipeliner", overlaps.Load())
+	// Eight goroutines sharing the one client, as in one process.
+	clients := []*dlock.Client{c, c, c, c, c, c, c, c}
+	if n := contendDo(t, clients, "ap-contended", 20); n != 0 {
+		t.Fatalf("%d overlaps through the auto-pipeliner", n)
 	}
 }

@@ -83,29 +83,8 @@ func TestClusterCoreWaitingAndRenewal(t *testing.T) {
 	for range 3 {
 		clients = append(clients, newLocker(t, cs.ClusterClient(t)))
 	}
-	var inside, overlaps atomic.Int64
-	var wg sync.WaitGroup
-	for _, w := range clients {
-		wg.Go(func() {
-			for range 10 {
-				err := w.Do(bg, "slot-7-contended", func(ctx context.Context) error {
-					if inside.Add(1) > 1 {
-						overlaps.Add(1)
-					}
-					time.Sleep(2 * time.Millisecond)
-					inside.Add(-1)
-					return nil
-				}, dlock.WithWait(10*time.Second))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if overlaps.Load() != 0 {
-		t.Fatalf("%d overlapping holders in the cluster", overlaps.Load())
+	if n := contendDo(t, clients, "slot-7-contended", 10); n != 0 {
+		t.Fatalf("%d overlapping holders in the cluster", n)
 	}
 	for _, l := range locks {
 		if err := l.Release(bg); err != nil {

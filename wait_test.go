@@ -322,6 +322,35 @@ func handshake(cmd redis.Cmder) bool {
 	return name == "hello" || name == "client" || name == "auth" || name == "select"
 }
 
+// contendDo runs rounds of Do on name from a goroutine per client (a
+// client may be given more than once) and returns how often a holder found
+// another inside: zero while exclusion holds.
+func contendDo(t *testing.T, clients []*dlock.Client, name string, rounds int) int64 {
+	t.Helper()
+	var inside, overlaps atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Go(func() {
+			for range rounds {
+				err := c.Do(bg, name, func(context.Context) error {
+					if inside.Add(1) > 1 {
+						overlaps.Add(1)
+					}
+					time.Sleep(time.Millisecond)
+					inside.Add(-1)
+					return nil
+				}, dlock.WithWait(10*time.Second))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return overlaps.Load()
+}
+
 // waitFor polls cond, bounded, for state that other goroutines set up.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
