@@ -135,7 +135,7 @@ func (c *Client) attempt(ctx context.Context, name string, ac acquireConfig, tok
 		waiter, prev = c.id, q.entry
 	}
 	sent := time.Now()
-	args := []any{token, ms(ac.ttl), c.cfg.owner, waiter, ms(waiterAlive(ac.ttl)), "", prev}
+	args := []any{token, ms(ac.ttl), c.cfg.owner, waiter, ms(waiterAlive(ac.ttl)), ms(queueExpiry), prev}
 	var res []any
 	var acked int64
 	var err error
@@ -199,6 +199,10 @@ func waiterRenew(ttl time.Duration) time.Duration {
 }
 
 func waiterAlive(ttl time.Duration) time.Duration { return 3 * waiterRenew(ttl) }
+
+// queueExpiry is how long a name's waiter queue outlives its last renewed
+// entry: twice the longest an entry lives (waiterAlive is at most 3s).
+const queueExpiry = 6 * time.Second
 
 // waitInLine is the wait of the first local waiter of a name: the one that
 // talks to Redis for this process.

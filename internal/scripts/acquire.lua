@@ -4,7 +4,8 @@
 -- scored by arrival, each member "id|token|ttl|alive_until_ms|owner"
 -- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] owner, ARGV[4] waiter id or ''
 -- for a single attempt, ARGV[5] how long the waiter entry lives without a
--- renewed attempt, in ms, ARGV[6] unused, ARGV[7] the waiter's entry from its last attempt, or ''
+-- renewed attempt, in ms, ARGV[6] the queue's expiry in ms (the same for
+-- every waiter, so no waiter cuts the line short for others), ARGV[7] the waiter's entry from its last attempt, or ''
 -- Returns {1, fence} when the lock is ours, {0, pttl, entry} when another
 -- holder has it (entry: the waiter's queue entry now, or '').
 --
@@ -43,11 +44,7 @@ if held then
       end
     end
     redis.call('ZADD', queue, score, entry)
-    -- Only ever extend: a waiter with a short TTL must not cut the line
-    -- short for the others.
-    if redis.call('PTTL', queue) < 2 * alive then
-      redis.call('PEXPIRE', queue, 2 * alive)
-    end
+    redis.call('PEXPIRE', queue, ARGV[6])
   end
   return {0, redis.call('PTTL', key), entry}
 end

@@ -38,11 +38,11 @@ end
 -- waiters that died or gave up without a word are dropped on the way.
 local head = redis.call('ZRANGE', queue, 0, 0)
 if #head > 0 then
-  -- A fence counter dlock did not write must stop us before any write.
-  local f = redis.call('GET', fencekey) -- WRONGTYPE if not a string
-  if f and not tonumber(f) then
-    return redis.error_reply('WRONGTYPE fence counter ' .. fencekey .. ' does not hold an integer')
-  end
+  -- The next fence is taken first: it is the write that can fail (a counter
+  -- dlock did not write), and it must fail before any other write. If no
+  -- live waiter is found, the number is skipped; fences need only grow.
+  local fence, err = next_fence(fencekey)
+  if err then return err end
   local now_ms = server_now()
   while #head > 0 do
     redis.call('ZREM', queue, head[1])
@@ -50,8 +50,6 @@ if #head > 0 then
     -- An entry of the releasing token itself (a queued attempt sent twice
     -- leaves two) must not hand the lock back to it.
     if alive and wtoken ~= token and tonumber(alive) >= now_ms then
-      local fence, err = next_fence(fencekey)
-      if err then return err end
       tombstone()
       grant(key, fence, wtoken, ttl, owner, string.format('%d', now_ms))
       local publish = 'PUBLISH'
