@@ -22,7 +22,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 	ac, err := c.prepare(ctx, name, opts)
 	var l *Lock
 	if err == nil {
-		l, _, err = c.attempt(ctx, name, ac, newToken(), nil)
+		l, _, err = c.attempt(ctx, name, c.keys(name), ac, newToken(), nil)
 		l, err = c.afterClose(ctx, name, l, err)
 	}
 	c.cfg.observers.acquire(ctx, name, start, l, err)
@@ -67,16 +67,18 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 	if err != nil {
 		return nil, err
 	}
+	// The keys are built once per call: every attempt and the wait use them.
+	k := c.keys(name)
 	if ac.wait == 0 {
-		l, _, err := c.attempt(ctx, name, ac, newToken(), nil)
+		l, _, err := c.attempt(ctx, name, k, ac, newToken(), nil)
 		return l, err
 	}
-	if !c.waitersOf(name) && !c.notify.active(c.keys(name).handoff+c.id) {
+	if !c.waitersOf(name) && !c.notify.active(k.handoff+c.id) {
 		// Nobody of this process waits for the name, nor did lately: one
 		// plain attempt first, so an uncontended Acquire costs what
 		// TryAcquire does. A name contended lately goes straight into the
 		// queue, which costs the same when the lock is free.
-		l, _, err := c.attempt(ctx, name, ac, newToken(), nil)
+		l, _, err := c.attempt(ctx, name, k, ac, newToken(), nil)
 		if !isBusy(err) {
 			return l, err
 		}
@@ -92,7 +94,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 	case <-wctx.Done():
 		return nil, c.gaveUp(ctx, name, q.holderTTL())
 	}
-	return c.waitInLine(ctx, wctx, name, ac, q)
+	return c.waitInLine(ctx, wctx, name, k, ac, q)
 }
 
 // prepare validates the name and options before anything is sent.
@@ -128,8 +130,7 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 // attempt runs the acquire script once. With q set, a busy lock puts (or
 // keeps) this client in the waiter queue in Redis, and q.entry follows the
 // entry there. It returns the lock, or the holder's remaining lease.
-func (c *Client) attempt(ctx context.Context, name string, ac acquireConfig, token string, q *queued) (*Lock, time.Duration, error) {
-	k := c.keys(name)
+func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireConfig, token string, q *queued) (*Lock, time.Duration, error) {
 	waiter, prev := "", ""
 	if q != nil {
 		waiter, prev = c.id, q.entry
@@ -206,8 +207,7 @@ const queueExpiry = 6 * time.Second
 
 // waitInLine is the wait of the first local waiter of a name: the one that
 // talks to Redis for this process.
-func (c *Client) waitInLine(ctx, wctx context.Context, name string, ac acquireConfig, q *localQueue) (*Lock, error) {
-	k := c.keys(name)
+func (c *Client) waitInLine(ctx, wctx context.Context, name string, k keys, ac acquireConfig, q *localQueue) (*Lock, error) {
 	sub, err := c.notify.subscribe(wctx, k.handoff+c.id)
 	if err != nil {
 		return nil, opError("acquire", name, redisError(err))
@@ -218,7 +218,7 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, ac acquireCo
 	if !c.notify.confirmed(sub) {
 		// While the SUBSCRIBE is on its way, try once without queueing: a
 		// hand-off published before Redis confirmed it would be missed.
-		l, holder, err := c.attempt(wctx, name, ac, token, nil)
+		l, holder, err := c.attempt(wctx, name, k, ac, token, nil)
 		if l != nil {
 			return l, nil
 		}
@@ -242,7 +242,7 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, ac acquireCo
 	var entry queued
 	for {
 		sent := time.Now()
-		l, holder, err := c.attempt(wctx, name, ac, token, &entry)
+		l, holder, err := c.attempt(wctx, name, k, ac, token, &entry)
 		if l != nil {
 			return l, nil
 		}

@@ -102,7 +102,7 @@ func (r *Redlock) TryAcquire(ctx context.Context, name string, opts ...AcquireOp
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ac.ttl)
 	for i, n := range r.nodes {
 		go func() {
-			l, _, err := n.attempt(actx, name, ac, token, nil)
+			l, _, err := n.attempt(actx, name, n.keys(name), ac, token, nil)
 			results <- result{i, l, err}
 		}()
 	}
