@@ -22,6 +22,9 @@ import (
 type hook struct {
 	before func(cmd redis.Cmder) error
 	after  func(cmd redis.Cmder)
+	// pipe runs before a pipeline (the renewal loop's) is sent; an error
+	// fails the whole pipeline unsent.
+	pipe func(cmds []redis.Cmder) error
 }
 
 func (h *hook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -33,15 +36,29 @@ func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				return err
 			}
 		}
-		err := next(ctx, cmd)
+		// go-redis sets a command's error from what the hooks return, so
+		// after sees it set here, and an error after sets is returned.
+		if err := next(ctx, cmd); err != nil {
+			cmd.SetErr(err)
+		}
 		if h.after != nil {
 			h.after(cmd)
 		}
-		return err
+		return cmd.Err()
 	}
 }
 func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.pipe != nil {
+			if err := h.pipe(cmds); err != nil {
+				for _, c := range cmds {
+					c.SetErr(err)
+				}
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 
 func isScript(cmd redis.Cmder, s *redis.Script) bool {
@@ -182,9 +199,7 @@ func TestRegressionGhostEntryAfterAttemptError(t *testing.T) {
 	var n atomic.Int32
 	h := &hook{before: func(cmd redis.Cmder) error {
 		if isScript(cmd, scripts.Acquire) {
-			a := cmd.Args()
-			// queued attempts carry the waiter id (ARGV[4]) at args index 3+3+3
-			if w, _ := a[9].(string); w != "" && n.Add(1) == 2 {
+			if queuedAcquire(cmd) && n.Add(1) == 2 {
 				return context.DeadlineExceeded
 			}
 		}
@@ -238,17 +253,29 @@ func TestRegressionSelfHandoff(t *testing.T) {
 	}
 }
 
-type resendHook struct{ once *atomic.Bool }
+// resendHook runs the first command that match accepts (by default a
+// queued acquire attempt) twice, as go-redis does after a lost reply;
+// between, when set, runs in the gap.
+type resendHook struct {
+	once    *atomic.Bool
+	match   func(redis.Cmder) bool
+	between func()
+}
 
 func (h *resendHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *resendHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if isScript(cmd, scripts.Acquire) {
-			if w, _ := cmd.Args()[9].(string); w != "" && h.once.CompareAndSwap(false, true) {
-				time.Sleep(3 * time.Millisecond)
-				err = next(ctx, cmd) // the reply was lost; go-redis sends it again
+		match := h.match
+		if match == nil {
+			match = queuedAcquire
+		}
+		if match(cmd) && err == nil && h.once.CompareAndSwap(false, true) {
+			time.Sleep(3 * time.Millisecond)
+			if h.between != nil {
+				h.between()
 			}
+			err = next(ctx, cmd) // the reply was lost; go-redis sends it again
 		}
 		return err
 	}

@@ -1,0 +1,503 @@
+package dlock_test
+
+// Each test here forces one interleaving of the waiting, hand-off, lease and
+// release protocol that broke it before: a stale hand-off message read after
+// a later reply, a refresh overtaken by a renewal, a reply lost after the
+// script ran, a command sent twice. The faults are injected with go-redis
+// hooks (delay, lose or re-send a reply) and a pub/sub connection that
+// delivers late; the servers are real.
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// scriptArg returns ARGV[i] (1-based) of an EVALSHA/EVAL command, whatever
+// the number of keys.
+func scriptArg(cmd redis.Cmder, i int) string {
+	a := cmd.Args()
+	if len(a) < 3 {
+		return ""
+	}
+	var nkeys int
+	switch n := a[2].(type) {
+	case int:
+		nkeys = n
+	case int64:
+		nkeys = int(n)
+	}
+	at := 3 + nkeys + i - 1
+	if at >= len(a) {
+		return ""
+	}
+	s, _ := a[at].(string)
+	return s
+}
+
+// loadScripts loads dlock's scripts, so that hooks that match EVALSHA see
+// each script run the first time too (not a NOSCRIPT and an EVAL).
+func loadScripts(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	for _, s := range []*redis.Script{scripts.Acquire, scripts.Release, scripts.Refresh, scripts.PTTL} {
+		if err := s.Load(bg, rdb).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// queuedAcquire tells an acquire attempt that joins or renews the waiter
+// queue (ARGV[4], the waiter's client id, is set) from a single attempt.
+func queuedAcquire(cmd redis.Cmder) bool {
+	return isScript(cmd, scripts.Acquire) && scriptArg(cmd, 4) != ""
+}
+
+func singleAcquire(cmd redis.Cmder) bool {
+	return isScript(cmd, scripts.Acquire) && scriptArg(cmd, 4) == ""
+}
+
+// busyReply tells an acquire reply that found another holder.
+func busyReply(cmd redis.Cmder) bool {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return false
+	}
+	v, err := c.Slice()
+	return err == nil && len(v) >= 2 && v[0] == int64(0)
+}
+
+// gatedDialer makes connections whose pub/sub traffic can be held back: once
+// closed, a pub/sub connection delivers nothing more until the gate opens,
+// while command connections go on. It models a pub/sub connection that is
+// slow, or a waiter process that reads its messages late.
+type gatedDialer struct {
+	mu     sync.Mutex
+	closed bool
+	open   chan struct{}
+}
+
+func newGatedDialer() *gatedDialer { return &gatedDialer{open: make(chan struct{})} }
+
+func (g *gatedDialer) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.open = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gatedDialer) release() {
+	g.mu.Lock()
+	if g.closed {
+		g.closed = false
+		close(g.open)
+	}
+	g.mu.Unlock()
+}
+
+func (g *gatedDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedConn{Conn: c, g: g}, nil
+}
+
+type gatedConn struct {
+	net.Conn
+	g      *gatedDialer
+	pubsub atomic.Bool
+}
+
+func (c *gatedConn) Write(p []byte) (int, error) {
+	if strings.Contains(strings.ToLower(string(p)), "subscribe") {
+		c.pubsub.Store(true)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *gatedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.pubsub.Load() {
+		c.g.mu.Lock()
+		closed, open := c.g.closed, c.g.open
+		c.g.mu.Unlock()
+		if closed {
+			<-open
+		}
+	}
+	return n, err
+}
+
+// TestStaleHandoffNotAccepted: a hand-off message read after a later busy
+// reply is stale. Waiter W is queued; the holder hands the lock to W, but W
+// stalls (here: inside the hook, as a paused process would) until the
+// handed-over lease has expired and C has taken the lock. W's next attempt
+// finds C holding it, and only then does W read the old message. W must not
+// take it as a hand-off: C holds the lock.
+func TestStaleHandoffNotAccepted(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := srv.Client(t)
+	loadScripts(t, plain)
+	holder, third := newLocker(t, plain), newLocker(t, plain)
+	gate := newGatedDialer()
+	h1, err := holder.Acquire(bg, "stale", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stage atomic.Int32
+	var c3 atomic.Pointer[dlock.Lock]
+	h := &hook{after: func(cmd redis.Cmder) {
+		if !queuedAcquire(cmd) || !busyReply(cmd) {
+			return
+		}
+		switch stage.Add(1) {
+		case 1: // W is queued behind the holder and now stalls.
+			gate.close()
+			_ = h1.Release(bg) // hands the lock to W; the message is held back
+			for i := 0; i < 400 && plain.Exists(bg, "dlock:{stale}").Val() == 1; i++ {
+				time.Sleep(5 * time.Millisecond)
+			}
+			l, err := third.TryAcquire(bg, "stale", dlock.WithTTL(10*time.Second))
+			if err != nil {
+				t.Errorf("C could not take the expired hand-off: %v", err)
+				return
+			}
+			c3.Store(l)
+		case 2: // W's attempt after the stall found C: now the old message arrives.
+			gate.release()
+		}
+	}}
+	wrdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Dialer: gate.dial})
+	wrdb.AddHook(h)
+	t.Cleanup(func() { gate.release(); _ = wrdb.Close() })
+	waiter := newLocker(t, wrdb)
+
+	wl, err := waiter.Acquire(bg, "stale", dlock.WithTTL(300*time.Millisecond), dlock.WithWait(1500*time.Millisecond))
+	if stage.Load() < 2 {
+		t.Fatalf("the interleaving did not happen (stage %d, err %v)", stage.Load(), err)
+	}
+	c := c3.Load()
+	if c == nil {
+		t.Fatal("C never held the lock")
+	}
+	if wl != nil {
+		tok := plain.HGet(bg, "dlock:{stale}", "token").Val()
+		t.Fatalf("two holders: W's Acquire returned a lock (context live: %v) while C holds it in Redis (C's token stored: %v)",
+			wl.Context().Err() == nil, tok == c.Token())
+	}
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("W: %v, want ErrNotObtained (C holds the lock)", err)
+	}
+	if tok := plain.HGet(bg, "dlock:{stale}", "token").Val(); tok != c.Token() {
+		t.Fatal("C no longer holds the lock")
+	}
+}
+
+// TestHandoffConfirmFailsWaitsOn: W takes a hand-off message as its own but
+// the lease ran out while W stalled, and another client holds the lock by
+// the time W confirms it. W must go back to waiting, not fail with
+// ErrNotHeld, and get the lock when that client releases it.
+func TestHandoffConfirmFailsWaitsOn(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := srv.Client(t)
+	loadScripts(t, plain)
+	holder, third := newLocker(t, plain), newLocker(t, plain)
+	h1, err := holder.Acquire(bg, "confirm", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stage atomic.Int32
+	h := &hook{after: func(cmd redis.Cmder) {
+		if !queuedAcquire(cmd) || !busyReply(cmd) || stage.Add(1) != 1 {
+			return
+		}
+		_ = h1.Release(bg) // hands the lock to W, whose lease then runs out
+		for i := 0; i < 400 && plain.Exists(bg, "dlock:{confirm}").Val() == 1; i++ {
+			time.Sleep(5 * time.Millisecond)
+		}
+		l, err := third.TryAcquire(bg, "confirm", dlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Errorf("C: %v", err)
+			return
+		}
+		time.AfterFunc(300*time.Millisecond, func() { _ = l.Release(bg) })
+	}}
+	wrdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	wrdb.AddHook(h)
+	t.Cleanup(func() { _ = wrdb.Close() })
+	waiter := newLocker(t, wrdb)
+	wl, err := waiter.Acquire(bg, "confirm", dlock.WithTTL(200*time.Millisecond), dlock.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatalf("W gave up although C released the lock: %v", err)
+	}
+	if tok := plain.HGet(bg, "dlock:{confirm}", "token").Val(); tok != wl.Token() {
+		t.Fatal("W returned a lock that Redis does not give to it")
+	}
+	_ = wl.Release(bg)
+}
+
+// TestRefreshOvertakenByRenewal: a renewal with the old TTL is sent, then a
+// Refresh with a longer TTL overtakes it on the way to Redis. Redis must not
+// end up with the shorter lease while the client believes the longer one:
+// with every later renewal failing, the holder's context must have ended by
+// the time Redis drops the key.
+func TestRefreshOvertakenByRenewal(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := srv.Client(t)
+	loadScripts(t, plain)
+	renewing, refreshed := make(chan struct{}), make(chan struct{})
+	var pipes atomic.Int32
+	h := &hook{pipe: func(cmds []redis.Cmder) error {
+		if len(cmds) == 0 || !isScript(cmds[0], scripts.Refresh) {
+			return nil
+		}
+		switch pipes.Add(1) {
+		case 1: // the renewal: held back until the Refresh has run
+			close(renewing)
+			<-refreshed
+			return nil
+		default: // from now on no renewal reaches Redis
+			return netErr
+		}
+	}}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	rdb.AddHook(h)
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newLocker(t, rdb)
+	l, err := c.Acquire(bg, "race", dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-renewing
+	if err := l.Refresh(bg, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	close(refreshed)
+	deadline := time.Now().Add(5 * time.Second)
+	for plain.Exists(bg, "dlock:{race}").Val() == 1 && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	gone := l.Context().Err() != nil
+	if !gone {
+		other, err := newLocker(t, plain).TryAcquire(bg, "race")
+		t.Fatalf("Redis dropped the lock while the holder's context is live; another TryAcquire: %v, %v", other != nil, err)
+	}
+}
+
+// TestRefreshAfterDeadlineReportsLoss: a Refresh whose reply comes back
+// after the lease deadline fired must not report success: the lock's
+// context is already cancelled.
+func TestRefreshAfterDeadlineReportsLoss(t *testing.T) {
+	srv := redistest.Start(t)
+	loadScripts(t, srv.Client(t))
+	var slow atomic.Bool
+	h := &hook{after: func(cmd redis.Cmder) {
+		if isScript(cmd, scripts.Refresh) && cmd.Err() == nil && slow.CompareAndSwap(true, false) {
+			time.Sleep(500 * time.Millisecond) // the reply is late
+		}
+	}}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	rdb.AddHook(h)
+	t.Cleanup(func() { _ = rdb.Close() })
+	l, err := newLocker(t, rdb).Acquire(bg, "late", dlock.WithTTL(400*time.Millisecond), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow.Store(true)
+	err = l.Refresh(bg, 400*time.Millisecond)
+	if l.Context().Err() == nil {
+		t.Fatal("the deadline did not fire during the slow refresh")
+	}
+	if err == nil {
+		t.Fatalf("Refresh reported success with the lock's context already ended (%v)", context.Cause(l.Context()))
+	}
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Refresh: %v, want ErrNotHeld", err)
+	}
+}
+
+// lostReplyHook lets a matching command run in Redis and then loses its
+// reply, as a deadline or a reset after the write would.
+func lostReplyHook(match func(redis.Cmder) bool, times int32) *hook {
+	var n atomic.Int32
+	return &hook{after: func(cmd redis.Cmder) {
+		if match(cmd) && cmd.Err() == nil && n.Add(1) <= times {
+			cmd.SetErr(context.DeadlineExceeded)
+		}
+	}}
+}
+
+// TestLostReplyGivesGrantBack: a single attempt whose script granted the
+// lock but whose reply was lost must give the grant back, not leave the
+// lock blocking everybody for its TTL.
+func TestLostReplyGivesGrantBack(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := srv.Client(t)
+	loadScripts(t, plain)
+	for _, tc := range []struct {
+		name string
+		try  func(c *dlock.Client, name string) (*dlock.Lock, error)
+	}{
+		{"TryAcquire", func(c *dlock.Client, name string) (*dlock.Lock, error) {
+			return c.TryAcquire(bg, name, dlock.WithTTL(time.Minute))
+		}},
+		{"WithWait0", func(c *dlock.Client, name string) (*dlock.Lock, error) {
+			return c.Acquire(bg, name, dlock.WithTTL(time.Minute), dlock.WithWait(0))
+		}},
+		{"AcquireFirstAttempt", func(c *dlock.Client, name string) (*dlock.Lock, error) {
+			return c.Acquire(bg, name, dlock.WithTTL(time.Minute), dlock.WithWait(200*time.Millisecond))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+			rdb.AddHook(lostReplyHook(singleAcquire, 1))
+			t.Cleanup(func() { _ = rdb.Close() })
+			c := newLocker(t, rdb)
+			name := "lost-" + tc.name
+			l, err := tc.try(c, name)
+			if err == nil {
+				_ = l.Release(bg)
+				t.Fatal("the lost reply was not lost")
+			}
+			waitFor(t, "the lost grant to be given back", func() bool {
+				return plain.Exists(bg, "dlock:{"+name+"}").Val() == 0
+			})
+			if _, err := newLocker(t, plain).TryAcquire(bg, name); err != nil {
+				t.Fatalf("after the lost grant: %v", err)
+			}
+		})
+	}
+}
+
+// TestQueuedReplyLostLeavesNoGhost: a queued attempt that ran in Redis but
+// whose reply was lost must not leave a queue entry that a release then
+// hands the lock to.
+func TestQueuedReplyLostLeavesNoGhost(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := srv.Client(t)
+	loadScripts(t, plain)
+	holder := newLocker(t, plain)
+	l, err := holder.Acquire(bg, "ghost-a", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	rdb.AddHook(lostReplyHook(queuedAcquire, 1))
+	t.Cleanup(func() { _ = rdb.Close() })
+	if _, err := newLocker(t, rdb).Acquire(bg, "ghost-a", dlock.WithTTL(10*time.Second), dlock.WithWait(2*time.Second)); err == nil {
+		t.Fatal("the waiter got a busy lock")
+	}
+	if err := l.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newLocker(t, plain).TryAcquire(bg, "ghost-a"); err != nil {
+		t.Fatalf("the release handed the lock to a waiter that had left: %v", err)
+	}
+}
+
+// TestResentQueuedAttemptLeavesNoGhost: go-redis sends a queued attempt again
+// after a lost reply. The waiter then gives up; no entry of it may stay.
+func TestResentQueuedAttemptLeavesNoGhost(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := srv.Client(t)
+	loadScripts(t, plain)
+	holder := newLocker(t, plain)
+	l, err := holder.Acquire(bg, "ghost-b", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once atomic.Bool
+	h := &hook{}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	rdb.AddHook(h)
+	rdb.AddHook(&resendHook{once: &once, match: queuedAcquire})
+	t.Cleanup(func() { _ = rdb.Close() })
+	if _, err := newLocker(t, rdb).Acquire(bg, "ghost-b", dlock.WithTTL(10*time.Second), dlock.WithWait(300*time.Millisecond)); err == nil {
+		t.Fatal("the waiter got a busy lock")
+	}
+	if !once.Load() {
+		t.Fatal("no queued attempt was sent twice")
+	}
+	if err := l.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newLocker(t, plain).TryAcquire(bg, "ghost-b"); err != nil {
+		t.Fatalf("the release handed the lock to a ghost entry: %v", err)
+	}
+	if n := plain.Exists(bg, "dlock:{ghost-b}:q").Val(); n != 0 {
+		t.Fatalf("the waiter queue still exists (%d)", n)
+	}
+}
+
+// TestResentReleaseOnContendedName: a release whose reply was lost is sent
+// again after the waiter it handed the lock to has acquired and released it
+// too. The re-sent release must still report success.
+func TestResentReleaseOnContendedName(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := srv.Client(t)
+	loadScripts(t, plain)
+	next := newLocker(t, plain)
+	var armed atomic.Bool
+	handed := make(chan struct{})
+	var wg sync.WaitGroup
+	h := &resendHook{once: &armed, match: func(cmd redis.Cmder) bool { return isScript(cmd, scripts.Release) }, between: func() {
+		<-handed // the waiter got the lock, used it and released it
+	}}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	rdb.AddHook(h)
+	t.Cleanup(func() { _ = rdb.Close() })
+	first := newLocker(t, rdb)
+	l, err := first.Acquire(bg, "resent", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() {
+		defer close(handed)
+		nl, err := next.Acquire(bg, "resent", dlock.WithTTL(10*time.Second), dlock.WithWait(5*time.Second))
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+			return
+		}
+		if err := nl.Release(bg); err != nil {
+			t.Errorf("waiter's release: %v", err)
+		}
+	})
+	waitFor(t, "the waiter to queue", func() bool { return plain.Exists(bg, "dlock:{resent}:q").Val() == 1 })
+	err = l.Release(bg)
+	wg.Wait()
+	if !armed.Load() {
+		t.Fatal("the release was not sent twice")
+	}
+	if err != nil {
+		t.Fatalf("a re-sent release reported %v; it had released the lock", err)
+	}
+}
+
+// TestFenceCounterHasIdleLifetime: a fence counter does not live for ever,
+// and fences still grow after it expired.
+func TestFenceCounterHasIdleLifetime(t *testing.T) {
+	c, rdb, _ := setup(t)
+	loadScripts(t, rdb)
+	l := mustAcquire(t, c, "counter")
+	_ = l.Release(bg)
+	ttl := rdb.PTTL(bg, "dlock:{counter}:fence").Val()
+	if ttl <= 0 {
+		t.Fatalf("fence counter has no expiry (PTTL %v)", ttl)
+	}
+	expireNow(t, rdb, "dlock:{counter}:fence")
+	l2 := mustAcquire(t, c, "counter")
+	if l2.Fence() <= l.Fence() {
+		t.Fatalf("fence after the counter expired %d, not above %d", l2.Fence(), l.Fence())
+	}
+}
