@@ -2,11 +2,14 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/scripts"
 )
@@ -22,7 +25,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 	ac, err := c.prepare(ctx, name, opts)
 	var l *Lock
 	if err == nil {
-		l, _, err = c.attempt(ctx, name, c.keys(name), ac, newToken(), nil)
+		l, _, err = c.attempt(ctx, name, c.keys(name), ac, newToken(), false)
 		l, err = c.afterClose(ctx, name, l, err)
 	}
 	c.cfg.observers.acquire(ctx, name, start, l, err)
@@ -70,7 +73,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 	// The keys are built once per call: every attempt and the wait use them.
 	k := c.keys(name)
 	if ac.wait == 0 {
-		l, _, err := c.attempt(ctx, name, k, ac, newToken(), nil)
+		l, _, err := c.attempt(ctx, name, k, ac, newToken(), false)
 		return l, err
 	}
 	if !c.waitersOf(name) && !c.notify.active(k.handoff+c.id) {
@@ -78,7 +81,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 		// plain attempt first, so an uncontended Acquire costs what
 		// TryAcquire does. A name contended lately goes straight into the
 		// queue, which costs the same when the lock is free.
-		l, _, err := c.attempt(ctx, name, k, ac, newToken(), nil)
+		l, _, err := c.attempt(ctx, name, k, ac, newToken(), false)
 		if !isBusy(err) {
 			return l, err
 		}
@@ -120,6 +123,11 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 	if err == nil {
 		err = c.checkUsable(ctx)
 	}
+	if err == nil {
+		// Once per client: refuse a server too old for the scripts, and
+		// warn of an eviction policy that can delete held locks.
+		err = c.checkServer(ctx)
+	}
 	if err != nil {
 		return ac, opError("acquire", name, err)
 	}
@@ -127,68 +135,98 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 	return ac, nil
 }
 
-// attempt runs the acquire script once. With q set, a busy lock puts (or
-// keeps) this client in the waiter queue in Redis, and q.entry follows the
-// entry there. It returns the lock, or the holder's remaining lease.
-func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireConfig, token string, q *queued) (*Lock, time.Duration, error) {
-	waiter, prev := "", ""
-	if q != nil {
-		waiter, prev = c.id, q.entry
+// busy is what an attempt learned of the holder when the lock was taken.
+type busy struct {
+	ttl   time.Duration // the holder's remaining lease
+	fence int64         // the holder's fencing token
+}
+
+// attempt runs the acquire script once. With queue set, a busy lock puts (or
+// keeps) this client's token in the waiter queue in Redis.
+//
+// When the reply is lost (a network error or the context ended while the
+// command was out) the script may have granted the lock all the same. That
+// grant is given back in the background, so that it does not block everyone
+// for a whole TTL.
+func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireConfig, token string, queue bool) (*Lock, busy, error) {
+	waiter := ""
+	if queue {
+		waiter = c.id
 	}
 	sent := time.Now()
-	args := []any{token, ms(ac.ttl), c.cfg.owner, waiter, ms(waiterAlive(ac.ttl)), ms(queueExpiry), prev}
+	args := []any{token, ms(ac.ttl), c.cfg.owner, waiter, ms(waiterAlive(ac.ttl)), ms(queueExpiry), ms(c.cfg.fenceLifetime)}
 	var res []any
 	var acked int64
 	var err error
 	if ac.replicas > 0 {
 		res, acked, err = c.scriptWithWait(ctx, k, ac, args)
 	} else {
-		res, err = scripts.Acquire.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue}, args...).Slice()
+		res, err = scripts.Acquire.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qdata}, args...).Slice()
 	}
 	if err != nil {
-		return nil, 0, opError("acquire", name, redisError(err))
+		if !isServerReply(err) {
+			c.giveBack(ctx, k, token)
+		}
+		return nil, busy{}, opError("acquire", name, redisError(err))
 	}
-	ok, n, entry, perr := parseAcquire(res)
+	ok, n, holderFence, perr := parseAcquire(res)
 	if perr != nil {
-		return nil, 0, opError("acquire", name, perr)
+		c.giveBack(ctx, k, token)
+		return nil, busy{}, opError("acquire", name, perr)
 	}
 	if !ok {
-		if q != nil {
-			q.entry = entry
-		}
-		holder := time.Duration(n) * time.Millisecond
-		return nil, holder, &NotObtainedError{Name: name, HolderTTL: holder}
-	}
-	if q != nil {
-		q.entry = "" // the script dropped it
+		b := busy{ttl: time.Duration(n) * time.Millisecond, fence: holderFence}
+		return nil, b, &NotObtainedError{Name: name, HolderTTL: b.ttl}
 	}
 	l := c.newLock(ctx, name, k, token, n, ac, sent)
 	if ac.replicas > 0 {
 		if err := c.checkReplicated(ctx, l, ac, acked); err != nil {
-			return nil, 0, err
+			return nil, busy{}, err
 		}
 	}
-	return l, 0, nil
+	return l, busy{}, nil
 }
 
-// queued is a waiter's entry in the Redis queue, as the last attempt left it.
-type queued struct{ entry string }
+// isServerReply reports whether err is an error reply of Redis: the command
+// reached the server and its outcome is known. Any other error (network,
+// timeout, cancelled context) leaves the outcome unknown.
+func isServerReply(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
+}
 
-// parseAcquire reads {1, fence} or {0, pttl, entry}.
-func parseAcquire(res []any) (ok bool, n int64, entry string, err error) {
+// giveBack releases, on a fresh bounded context and in the background, a
+// grant whose reply was lost, and drops the token's queue entry. Close waits
+// for it.
+func (c *Client) giveBack(ctx context.Context, k keys, token string) {
+	c.hmu.Lock()
+	if c.bgClosed {
+		c.hmu.Unlock()
+		c.withdraw(ctx, k, token)
+		return
+	}
+	c.bg.Add(1)
+	c.hmu.Unlock()
+	go func() {
+		defer c.bg.Done()
+		c.withdraw(ctx, k, token)
+	}()
+}
+
+// parseAcquire reads {1, fence} or {0, pttl, holder fence}.
+func parseAcquire(res []any) (ok bool, n, holderFence int64, err error) {
 	if len(res) < 2 {
-		return false, 0, "", fmt.Errorf("unexpected reply of %d elements", len(res))
+		return false, 0, 0, fmt.Errorf("unexpected reply of %d elements", len(res))
 	}
 	flag, ok1 := res[0].(int64)
 	n, ok2 := res[1].(int64)
 	if !ok1 || !ok2 {
-		// Types only: an entry in the reply would carry a token.
-		return false, 0, "", fmt.Errorf("unexpected reply of types %T, %T", res[0], res[1])
+		return false, 0, 0, fmt.Errorf("unexpected reply of types %T, %T", res[0], res[1])
 	}
 	if len(res) > 2 {
-		entry, _ = res[2].(string)
+		holderFence, _ = res[2].(int64)
 	}
-	return flag == 1, n, entry, nil
+	return flag == 1, n, holderFence, nil
 }
 
 // waiterRenew is how often a waiter renews its entry in the Redis queue, and
@@ -207,6 +245,20 @@ const queueExpiry = 6 * time.Second
 
 // waitInLine is the wait of the first local waiter of a name: the one that
 // talks to Redis for this process.
+//
+// Until Redis confirms the subscription to this client's hand-off channel the
+// waiter makes plain attempts on its timer, without queueing: a hand-off
+// published before the confirmation would be missed. Once confirmed, its
+// attempts queue it in Redis, and a release hands the lock over with a
+// message "token:fence".
+//
+// The message travels on the pub/sub connection, the replies on another: a
+// message published before an attempt ran can be read after that attempt's
+// reply. A busy reply carries the holder's fence, so a hand-off whose fence is
+// not above the largest such fence seen happened before that attempt, and
+// was lost since (the lease ran out while this process stalled, and somebody
+// else took the lock): it is ignored. A newer one happened after every busy
+// attempt, so its lease started after the last one was sent.
 func (c *Client) waitInLine(ctx, wctx context.Context, name string, k keys, ac acquireConfig, q *localQueue) (*Lock, error) {
 	sub, err := c.notify.subscribe(wctx, k.handoff+c.id)
 	if err != nil {
@@ -215,61 +267,61 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, k keys, ac a
 	defer c.notify.unsubscribe(sub)
 
 	token := newToken()
-	if !c.notify.confirmed(sub) {
-		// While the SUBSCRIBE is on its way, try once without queueing: a
-		// hand-off published before Redis confirmed it would be missed.
-		l, holder, err := c.attempt(wctx, name, k, ac, token, nil)
-		if l != nil {
-			return l, nil
-		}
-		if !isBusy(err) {
-			// The attempt may have run and granted the lock with its reply
-			// lost: release by token, so nothing is left held.
-			c.withdraw(ctx, k, token, "")
-			return nil, c.waitError(ctx, wctx, name, holder, err)
-		}
-		q.setHolderTTL(holder)
-		select {
-		case <-sub.ready:
-		case <-wctx.Done():
-			return nil, c.gaveUp(ctx, name, holder)
-		}
-	}
-
-	// The entry was alive and not yet served when Redis ran our last
-	// attempt, so a hand-off's lease started after lastSeen.
-	var lastSeen time.Time
-	var entry queued
+	var (
+		queued   bool      // an attempt may have put token in the Redis queue
+		seen     int64     // the largest holder fence of a queued busy reply
+		lastSeen time.Time // send time of the last queued busy attempt
+	)
 	for {
+		confirmed := c.notify.confirmed(sub)
+		queued = queued || confirmed
 		sent := time.Now()
-		l, holder, err := c.attempt(wctx, name, k, ac, token, &entry)
+		l, b, err := c.attempt(wctx, name, k, ac, token, confirmed)
 		if l != nil {
 			return l, nil
 		}
 		if !isBusy(err) {
-			// Leave the line, and free a grant whose reply was lost: a
-			// release would otherwise hand the lock to a token nobody holds.
-			c.withdraw(ctx, k, token, entry.entry)
-			return nil, c.waitError(ctx, wctx, name, holder, err)
+			// attempt has given back a grant whose reply was lost, and
+			// dropped the queue entry with it.
+			return nil, c.waitError(ctx, wctx, name, q.holderTTL(), err)
 		}
-		lastSeen = sent
-		q.setHolderTTL(holder)
-		timer := time.NewTimer(wakeAfter(holder, ac.ttl))
-		for waiting := true; waiting; {
+		if confirmed {
+			seen, lastSeen = max(seen, b.fence), sent
+		}
+		q.setHolderTTL(b.ttl)
+		ready := sub.ready
+		if confirmed {
+			ready = nil
+		}
+		timer := time.NewTimer(wakeAfter(b.ttl, ac.ttl))
+	wait:
+		for {
 			select {
 			case msg := <-sub.msgs:
 				fence, ok := handedTo(msg, token)
-				if !ok {
-					continue // for an earlier waiter of this process
+				if !ok || !queued || fence <= seen {
+					continue // for another waiter of this process, or stale
 				}
 				timer.Stop()
-				return c.handedOver(ctx, name, k, token, fence, ac, lastSeen)
+				l, err := c.handedOver(ctx, name, k, token, fence, ac, lastSeen)
+				if !errors.Is(err, ErrNotHeld) {
+					return l, err
+				}
+				// The handed-over lease ran out before it could be
+				// confirmed: that hand-off is over; wait on.
+				seen = max(seen, fence)
+				break wait
+			case <-ready:
+				timer.Stop()
+				break wait // queue now
 			case <-timer.C:
-				waiting = false
+				break wait
 			case <-wctx.Done():
 				timer.Stop()
-				c.withdraw(ctx, k, token, entry.entry)
-				return nil, c.gaveUp(ctx, name, holder)
+				if queued {
+					c.withdraw(ctx, k, token)
+				}
+				return nil, c.gaveUp(ctx, name, q.holderTTL())
 			}
 		}
 	}
@@ -300,7 +352,8 @@ func handedTo(msg, token string) (int64, bool) {
 
 // handedOver makes the Lock a release handed to us. Its lease started after
 // lastSeen; when too little of it is known to be left, it is refreshed before
-// the caller starts work.
+// the caller starts work. An error matching ErrNotHeld means the hand-off's
+// lease ran out before it was confirmed: the caller waits on.
 func (c *Client) handedOver(ctx context.Context, name string, k keys, token string, fence int64, ac acquireConfig, lastSeen time.Time) (*Lock, error) {
 	l := c.newLock(ctx, name, k, token, fence, ac, lastSeen)
 	fail := func(err error) (*Lock, error) {
@@ -333,15 +386,15 @@ func (c *Client) handedOver(ctx context.Context, name string, k keys, token stri
 // withdraw leaves the Redis queue after giving up. If a release handed us
 // the lock in the meantime, the same script releases it to the next waiter.
 // It runs on a fresh context: the caller's has ended.
-func (c *Client) withdraw(ctx context.Context, k keys, token, entry string) {
+func (c *Client) withdraw(ctx context.Context, k keys, token string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.releaseTimeout)
 	defer cancel()
-	_, _ = c.runRelease(rctx, k, token, entry)
+	_, _ = c.releaseScript(rctx, k, token, true, tombstoneTTL)
 }
 
 func isBusy(err error) bool {
-	_, ok := err.(*NotObtainedError)
-	return ok
+	var b *NotObtainedError
+	return errors.As(err, &b)
 }
 
 // waitError turns the end of a wait into the error Acquire returns.

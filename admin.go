@@ -180,7 +180,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo,
 	}
 	// No tombstone: the holder's own Release, later, must report ErrNotHeld
 	// rather than find the token released and report success.
-	res, err := c.releaseScript(ctx, c.keys(name), token, "", 0)
+	res, err := c.releaseScript(ctx, c.keys(name), token, false, 0)
 	if err != nil {
 		return info, opError("force unlock", name, redisError(err))
 	}

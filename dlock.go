@@ -33,9 +33,14 @@ type Client struct {
 	queues map[string]*localQueue // goroutines of this process waiting per name
 
 	renewer *renewer
+	bg      sync.WaitGroup // grants given back after a lost reply; Add under hmu
 
 	hmu  sync.Mutex
 	held map[*Lock]struct{} // locks not yet released or lost, for Close
+	// bgClosed: Close is waiting for bg, so no more may start.
+	bgClosed bool
+
+	server serverCheck // checkServer's verdict on the Redis server
 }
 
 // The clients New accepts: standalone, Cluster and Sentinel (failover).
@@ -91,6 +96,10 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	c.renewer.close()
+	c.hmu.Lock()
+	c.bgClosed = true
+	c.hmu.Unlock()
+	c.bg.Wait()
 	c.notify.close()
 	return errors.Join(errs...)
 }
@@ -111,33 +120,35 @@ func (c *Client) untrack(l *Lock) {
 // Cluster slot and one script can touch them all.
 type keys struct {
 	lock    string // hash: token, fence, owner, since, ttl
-	fence   string // counter of fencing tokens, never expires
-	last    string // token of the last release, for re-sent releases
-	queue   string // zset of waiter entries by arrival
+	fence   string // counter of fencing tokens, expires after an idle lifetime
+	queue   string // zset of waiter tokens by arrival
+	qdata   string // hash of waiter token -> client id, ttl, alive until, owner
 	handoff string // prefix of the channels that tell a waiter it got the lock
+	record  string // prefix of the release records, one per released token
 }
 
 // Key suffixes after the lock's own key.
 const (
 	sufFence   = ":fence"
-	sufLast    = ":last"
 	sufQueue   = ":q"
+	sufQData   = ":qd"
 	sufHandoff = ":w:"
+	sufRecord  = ":r:"
 )
 
 func (c *Client) keys(name string) keys {
 	// Keys are built on every acquisition, the hot path of an uncontended
 	// lock: two allocations, the other keys being slices of one string.
 	base := c.cfg.prefix + "{" + name + "}"
-	all := base + sufFence + base + sufLast + base + sufQueue + base + sufHandoff
+	all := base + sufFence + base + sufQueue + base + sufQData + base + sufHandoff + base + sufRecord
 	off := 0
 	take := func(suffix string) string {
 		s := all[off : off+len(base)+len(suffix)]
 		off += len(s)
 		return s
 	}
-	return keys{lock: base, fence: take(sufFence), last: take(sufLast),
-		queue: take(sufQueue), handoff: take(sufHandoff)}
+	return keys{lock: base, fence: take(sufFence), queue: take(sufQueue), qdata: take(sufQData),
+		handoff: take(sufHandoff), record: take(sufRecord)}
 }
 
 // newToken returns 128 random bits, hex encoded. crypto/rand does not fail

@@ -32,11 +32,18 @@ type Lock struct {
 
 	releaseMu sync.Mutex // one Release at a time
 
-	mu       sync.Mutex
-	state    lockState
-	ttl      time.Duration
-	leased   time.Time   // send time of the last confirmed acquire or refresh
-	deadline *time.Timer // fires at the lease deadline unless a renewal moved it
+	mu    sync.Mutex
+	state lockState
+	ttl   time.Duration // the lease each renewal asks for: WithTTL, or the last Refresh
+	// leased is the send time of the latest confirmed acquire, renewal or
+	// refresh: renewals are scheduled from it.
+	leased time.Time
+	// until is the lease deadline: the latest end, less the drift margin, of
+	// any lease Redis confirmed, each dated from its send time. Redis never
+	// shortens a lease (see extend in common.lua), so whatever order lease
+	// changes ran in, the lease in Redis ends after until.
+	until    time.Time
+	deadline *time.Timer // fires at until unless a renewal moved it
 	holdDone bool        // renewal stopped at the hold limit
 	// releasing: a Release is under way. A renewal or Refresh that finds the
 	// lock gone then saw our own release, not a loss.
@@ -62,7 +69,8 @@ const (
 )
 
 func (c *Client) newLock(ctx context.Context, name string, k keys, token string, fence int64, ac acquireConfig, sent time.Time) *Lock {
-	l := &Lock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, start: sent, ttl: ac.ttl, leased: sent, index: -1}
+	l := &Lock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, start: sent, ttl: ac.ttl,
+		leased: sent, until: leaseEnd(sent, ac.ttl), index: -1}
 	if ac.maxHold > 0 {
 		l.maxHold, l.hold = ac.maxHold, sent.Add(ac.maxHold)
 	}
@@ -140,9 +148,14 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	return time.Duration(left) * time.Millisecond, nil
 }
 
-// Refresh sets the lease to ttl from now, if the lock is still ours; else it
-// returns ErrNotHeld and changes nothing. ttl must lie within the client's
-// bounds. Later renewals use the new ttl.
+// Refresh makes the lease last at least ttl from now, if the lock is still
+// ours; else it returns ErrNotHeld and changes nothing. It never shortens the
+// lease in Redis: a shorter ttl takes effect from the next renewal on, once
+// the longer lease has run down. ttl must lie within the client's bounds.
+// Later renewals use the new ttl.
+//
+// A refresh whose answer arrives after the lease deadline passed reports
+// ErrNotHeld: the lock's context has ended by then.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return ErrNotHeld
@@ -154,6 +167,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if !l.is(held) {
 		return opError("refresh", l.name, ErrNotHeld)
 	}
+	sent := time.Now()
 	ok, err := l.refreshScript(ctx, ttl)
 	if err != nil {
 		return opError("refresh", l.name, redisError(err))
@@ -163,6 +177,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 			l.lose(ReasonTakenOver, fmt.Errorf("%w: refresh found the lock gone or taken over", ErrLockLost))
 		}
 		return opError("refresh", l.name, ErrNotHeld)
+	}
+	if !l.confirm(sent, ttl, true) {
+		return opError("refresh", l.name, fmt.Errorf("%w: %w", ErrNotHeld, context.Cause(l.Context())))
 	}
 	if l.renew {
 		l.c.renewer.reschedule(l)
@@ -196,7 +213,7 @@ func (l *Lock) release(ctx context.Context) error {
 	}
 	l.c.renewer.remove(l)
 	l.setReleasing(true)
-	res, err := l.c.runRelease(ctx, l.keys, l.token, "")
+	res, err := l.c.runRelease(ctx, l.keys, l.token)
 	if err != nil {
 		l.setReleasing(false)
 	}
@@ -226,38 +243,36 @@ func (l *Lock) release(ctx context.Context) error {
 }
 
 // runRelease runs the release script: it frees the lock if token still holds
-// it and hands it to the first live waiter. entry, when set, is the queue
-// entry of a waiter that gives up, dropped in the same step.
-func (c *Client) runRelease(ctx context.Context, k keys, token, entry string) (int64, error) {
-	return c.releaseScript(ctx, k, token, entry, tombstoneTTL)
+// it and hands it to the first live waiter.
+func (c *Client) runRelease(ctx context.Context, k keys, token string) (int64, error) {
+	return c.releaseScript(ctx, k, token, false, tombstoneTTL)
 }
 
-// releaseScript runs the release script; tombstone 0 writes no tombstone.
-func (c *Client) releaseScript(ctx context.Context, k keys, token, entry string, tombstone time.Duration) (int64, error) {
-	sharded := "0"
+// releaseScript runs the release script. dropEntry also removes token's
+// queue entry (a waiter that gives up); record 0 leaves no release record.
+func (c *Client) releaseScript(ctx context.Context, k keys, token string, dropEntry bool, record time.Duration) (int64, error) {
+	sharded, drop := "0", "0"
 	if c.notify.sharded() {
 		sharded = "1"
 	}
-	return scripts.Release.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.last},
-		token, ms(tombstone), entry, k.handoff, sharded).Int64()
+	if dropEntry {
+		drop = "1"
+	}
+	return scripts.Release.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qdata, k.record + token},
+		token, ms(record), drop, k.handoff, sharded, ms(c.cfg.fenceLifetime)).Int64()
 }
 
-// tombstoneTTL is how long Redis remembers the token of a release, so that
-// the same release sent again (go-redis re-sends a command after a read
-// timeout) reports success rather than a false ErrNotHeld. It covers
-// go-redis' default retries with their timeouts several times over.
+// tombstoneTTL is how long Redis keeps the record of a token's release, so
+// that the same release sent again (go-redis re-sends a command after a read
+// timeout or a reset) reports success rather than a false ErrNotHeld. It
+// covers go-redis' default retries with their timeouts several times over.
 const tombstoneTTL = 30 * time.Second
 
-// refreshScript runs the owner-checked refresh whatever the local state,
-// and moves the deadline when Redis confirmed it.
+// refreshScript runs the owner-checked refresh whatever the local state. It
+// reports what Redis answered; the caller confirms the lease.
 func (l *Lock) refreshScript(ctx context.Context, ttl time.Duration) (bool, error) {
-	sent := time.Now()
 	ok, err := scripts.Refresh.Run(ctx, l.c.rdb, []string{l.keys.lock}, l.token, ms(ttl)).Int64()
-	if err != nil || ok != 1 {
-		return false, err
-	}
-	l.confirm(sent, ttl)
-	return true, nil
+	return err == nil && ok == 1, err
 }
 
 func (l *Lock) setReleasing(v bool) {
@@ -285,22 +300,36 @@ func leaseMargin(ttl time.Duration) time.Duration {
 	return max(ttl/10, time.Millisecond)
 }
 
-// leaseLeft is how long the lease is known to be ours. l.mu must be held.
-func (l *Lock) leaseLeft() time.Duration {
-	return time.Until(l.leased.Add(l.ttl - leaseMargin(l.ttl)))
+// leaseEnd is the deadline of a lease of ttl confirmed by a command sent at
+// sent.
+func leaseEnd(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - leaseMargin(ttl))
 }
 
-// confirm records a lease that Redis confirmed, sent at sent, and moves the
-// deadline. A confirmation that arrives after the old deadline passed does
-// not revive the lock: its context is already cancelled.
-func (l *Lock) confirm(sent time.Time, ttl time.Duration) {
+// leaseLeft is how long the lease is known to be ours. l.mu must be held.
+func (l *Lock) leaseLeft() time.Duration { return time.Until(l.until) }
+
+// confirm records a lease of ttl that Redis confirmed, sent at sent, and
+// moves the deadline if the lease ends later than the one known. setTTL makes
+// ttl the one later renewals ask for (a Refresh). A confirmation that arrives
+// after the lock ended does not revive it: it reports false.
+func (l *Lock) confirm(sent time.Time, ttl time.Duration, setTTL bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != held || sent.Before(l.leased) {
-		return
+	if l.state != held {
+		return false
 	}
-	l.leased, l.ttl = sent, ttl
-	l.deadline.Reset(l.leaseLeft())
+	if setTTL {
+		l.ttl = ttl
+	}
+	if sent.After(l.leased) {
+		l.leased = sent
+	}
+	if end := leaseEnd(sent, ttl); end.After(l.until) {
+		l.until = end
+		l.deadline.Reset(l.leaseLeft())
+	}
+	return true
 }
 
 // leaseEnded runs on the deadline timer: no renewal was confirmed in time.

@@ -88,9 +88,15 @@ func WithObserver(o Observer) Option {
 
 // WithLogger logs through l: lost locks and failed renewals at Warn, failed
 // acquisitions and releases (other than busy) at Warn, the rest at Debug.
-// Tokens are never logged, fences are.
+// Tokens are never logged, fences are. A warning about the Redis server (a
+// maxmemory-policy that can evict held locks) goes to l too, or to
+// slog.Default() without WithLogger.
 func WithLogger(l *slog.Logger) Option {
-	return WithObserver(logObserver{l: l})
+	observe := WithObserver(logObserver{l: l})
+	return optionFunc(func(c *config) {
+		observe.apply(c)
+		c.logger = l
+	})
 }
 
 // observers fans events out; a nil observers costs one length check.

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"time"
@@ -26,6 +27,10 @@ const (
 	// its own, because the caller's is often already cancelled when the
 	// deferred release runs, and the lock must still be let go.
 	DefaultReleaseTimeout = 5 * time.Second
+	// DefaultFenceLifetime is how long a name's fence counter stays in Redis
+	// after its last acquisition. Without a limit every name ever locked
+	// (order:<id>) would leave a key behind for good.
+	DefaultFenceLifetime = 7 * 24 * time.Hour
 )
 
 // An Option configures a Client. Options are applied in order by New.
@@ -41,8 +46,13 @@ type config struct {
 	minTTL, maxTTL time.Duration
 	owner          string
 	releaseTimeout time.Duration
+	fenceLifetime  time.Duration
 	observers      observers
 	err            error // first invalid option, reported by every call
+
+	// logger is WithLogger's, for warnings about the server; nil means
+	// slog.Default().
+	logger *slog.Logger
 }
 
 func defaultConfig() config {
@@ -54,6 +64,7 @@ func defaultConfig() config {
 		maxTTL:         DefaultMaxTTL,
 		owner:          host + "/" + strconv.Itoa(os.Getpid()),
 		releaseTimeout: DefaultReleaseTimeout,
+		fenceLifetime:  DefaultFenceLifetime,
 	}
 }
 
@@ -111,6 +122,21 @@ func WithReleaseTimeout(d time.Duration) Option {
 			return
 		}
 		c.releaseTimeout = d
+	})
+}
+
+// WithFenceLifetime sets how long a name's fence counter is kept after the
+// last acquisition of that name (default DefaultFenceLifetime, 7 days; at
+// least a second). Fences keep growing when the counter has expired: every
+// fence is at least the Redis server's clock in µs. The lifetime matters only
+// if that clock could go back: a counter still present bridges that.
+func WithFenceLifetime(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < time.Second {
+			c.fail(fmt.Errorf("%w: fence lifetime %v is below 1s", ErrInvalidOption, d))
+			return
+		}
+		c.fenceLifetime = d
 	})
 }
 

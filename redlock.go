@@ -102,7 +102,7 @@ func (r *Redlock) TryAcquire(ctx context.Context, name string, opts ...AcquireOp
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ac.ttl)
 	for i, n := range r.nodes {
 		go func() {
-			l, _, err := n.attempt(actx, name, n.keys(name), ac, token, nil)
+			l, _, err := n.attempt(actx, name, n.keys(name), ac, token, false)
 			results <- result{i, l, err}
 		}()
 	}
@@ -332,7 +332,11 @@ func (m *MultiLock) Refresh(ctx context.Context, ttl time.Duration) error {
 			// Straight to Redis: a node lock whose own deadline passed
 			// during a blip is still ours if Redis says so; the quorum's
 			// validity, not each node's timer, decides.
+			sent := time.Now()
 			held, err := l.refreshScript(ctx, ttl)
+			if held {
+				l.confirm(sent, ttl, true)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -345,8 +349,12 @@ func (m *MultiLock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	wg.Wait()
 	if ok >= m.r.quorum && time.Since(start) < ttl-redlockDrift(ttl) {
+		// Node leases are never shortened (a renewal and a Refresh that
+		// cross keep the longer), so the validity only moves forward.
 		m.mu.Lock()
-		m.valid = start.Add(ttl - redlockDrift(ttl))
+		if v := start.Add(ttl - redlockDrift(ttl)); v.After(m.valid) {
+			m.valid = v
+		}
 		m.mu.Unlock()
 		return nil
 	}

@@ -212,7 +212,7 @@ func (r *renewer) renew(batch []*Lock) {
 	var last time.Time // the latest deadline of the batch bounds the pipeline
 	for _, l := range batch {
 		l.mu.Lock()
-		ttl, deadline := l.ttl, l.leased.Add(l.ttl-leaseMargin(l.ttl))
+		ttl, deadline := l.ttl, l.until
 		if left := l.hold.Sub(now).Truncate(time.Millisecond); !l.hold.IsZero() && left < ttl {
 			// Never lease beyond the hold limit: this lease is the last,
 			// cut to end at the limit, and its deadline ends the lock.
@@ -276,7 +276,7 @@ func (r *renewer) settle(j *renewal) {
 	switch {
 	case err == nil && ok == 1:
 		r.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultOK})
-		l.confirm(j.sent, j.ttl)
+		l.confirm(j.sent, j.ttl, false)
 		r.mu.Lock()
 		l.failures = 0
 		r.mu.Unlock()

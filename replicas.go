@@ -68,7 +68,9 @@ func (c *Client) refreshWithWait(ctx context.Context, l *Lock, ac acquireConfig)
 	if n, _ := res.(int64); n != 1 {
 		return 0, opError("acquire", l.name, ErrNotHeld)
 	}
-	l.confirm(sent, ac.ttl)
+	if !l.confirm(sent, ac.ttl, false) {
+		return 0, opError("acquire", l.name, ErrNotHeld)
+	}
 	return acked, nil
 }
 
@@ -76,7 +78,7 @@ func (c *Client) refreshWithWait(ctx context.Context, l *Lock, ac acquireConfig)
 // pipeline: Redis refuses WAIT inside a script, and WAIT counts the writes of
 // the connection it is sent on.
 func (c *Client) scriptWithWait(ctx context.Context, k keys, ac acquireConfig, args []any) ([]any, int64, error) {
-	keys := []string{k.lock, k.fence, k.queue}
+	keys := []string{k.lock, k.fence, k.queue, k.qdata}
 	res, acked, err := c.withWait(ctx, k.lock, ac, func(pipe redis.Pipeliner, source bool) *redis.Cmd {
 		if source {
 			return scripts.Acquire.Eval(ctx, pipe, keys, args...)

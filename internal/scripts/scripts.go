@@ -3,8 +3,8 @@
 // (EVALSHA) and falls back to sending the source when the server answers
 // NOSCRIPT, for example after SCRIPT FLUSH or a restart.
 //
-// Scripts that grant a lock start with common.lua, so acquiring and handing
-// over write a lock the same way.
+// Scripts that grant or extend a lock start with common.lua, so acquiring,
+// refreshing and handing over write a lock the same way.
 //
 // Every script touches only keys that share one hash tag, so it runs on a
 // single Cluster slot.
@@ -34,6 +34,6 @@ var (
 var (
 	Acquire = redis.NewScript(commonSrc + acquireSrc)
 	Release = redis.NewScript(commonSrc + releaseSrc)
-	Refresh = redis.NewScript(refreshSrc)
+	Refresh = redis.NewScript(commonSrc + refreshSrc)
 	PTTL    = redis.NewScript(pttlSrc)
 )

@@ -1,0 +1,322 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrUnsupportedServer: the Redis server is too old for dlock's scripts (or,
+// in a Cluster, for its shard channels). The error names the version found
+// and the version needed; every acquisition on the Client returns it.
+var ErrUnsupportedServer = errors.New("dlock: unsupported redis server")
+
+// Oldest servers dlock works with, by redis_version (Valkey and KeyDB report
+// one too).
+var (
+	// minVersion: the scripts read TIME before they write, which Redis
+	// refuses under verbatim script replication; effects replication, which
+	// allows it, is the default from 5.0 on.
+	minVersion = [2]int{5, 0}
+	// minClusterVersion: in a Cluster, hand-offs go over shard channels
+	// (SPUBLISH, SSUBSCRIBE), which came in 7.0.
+	minClusterVersion = [2]int{7, 0}
+)
+
+// evictionFix is the command that makes Redis keep every lock until its TTL.
+const evictionFix = "CONFIG SET maxmemory-policy noeviction"
+
+// serverCheck is the state of checkServer; its zero value is ready. verdict
+// is the fast path that every acquisition reads; mu guards running only.
+type serverCheck struct {
+	verdict atomic.Pointer[serverVerdict] // nil until a server answered
+	mu      sync.Mutex
+	running chan struct{} // closed when the check under way ends; nil if none
+}
+
+// serverVerdict is what acquisitions are told once the server answered:
+// nil, or an error wrapping ErrUnsupportedServer.
+type serverVerdict struct{ err error }
+
+var serverSupported = &serverVerdict{}
+
+// checkServer checks, once per Client, that the Redis server can run dlock:
+// its version (an error wrapping ErrUnsupportedServer, returned by this and
+// every later call) and its maxmemory-policy (a warning, logged once, when
+// Redis may evict held locks). In a Cluster every primary is checked.
+//
+// The check is best effort. A check that could not run (network, the
+// caller's context) returns nil and runs again on a later call, since the
+// acquisition that follows reports the same failure better; a server that
+// answered is not asked again, also when it refused INFO or CONFIG, which
+// managed Redis often does. After that, checkServer is one atomic load.
+func (c *Client) checkServer(ctx context.Context) error {
+	if v := c.server.verdict.Load(); v != nil {
+		return v.err
+	}
+	return c.checkServerOnce(ctx)
+}
+
+// checkServerOnce runs the check unless another call is running it; then it
+// waits for that call's result, or for ctx. Only the call that ran the check
+// logs, and a verdict is stored once, so the warning is logged once.
+func (c *Client) checkServerOnce(ctx context.Context) error {
+	for {
+		v, running := c.server.claim()
+		switch {
+		case v != nil:
+			return v.err
+		case running == nil:
+			return c.runServerCheck(ctx)
+		}
+		select {
+		case <-running:
+			// Checked (loop to read the verdict) or not heard (loop to try
+			// again, with this caller's context).
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// claim returns the verdict if there is one, else the channel of the check
+// under way, else nil for both: the caller runs the check and must call done.
+func (s *serverCheck) claim() (*serverVerdict, chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v := s.verdict.Load(); v != nil {
+		return v, nil
+	}
+	if s.running != nil {
+		return nil, s.running
+	}
+	s.running = make(chan struct{})
+	return nil, nil
+}
+
+// done stores v, unless nil (the server was not heard), and wakes the calls
+// waiting for the check.
+func (s *serverCheck) done(v *serverVerdict) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v != nil {
+		s.verdict.Store(v)
+	}
+	close(s.running)
+	s.running = nil
+}
+
+// runServerCheck asks the server, stores the verdict and logs the warning.
+// The deferred done also frees the waiters if the probe panics.
+func (c *Client) runServerCheck(ctx context.Context) error {
+	var v *serverVerdict
+	defer func() { c.server.done(v) }()
+	facts, err := c.probeServer(ctx)
+	if err != nil {
+		return nil
+	}
+	v = serverSupported
+	if err := versionVerdict(facts, c.isCluster()); err != nil {
+		v = &serverVerdict{err: err}
+	}
+	c.warnEviction(ctx, facts)
+	return v.err
+}
+
+func (c *Client) isCluster() bool {
+	_, ok := c.rdb.(*redis.ClusterClient)
+	return ok
+}
+
+// serverFacts is what one server said about itself; a field is empty when
+// the server refused to say.
+type serverFacts struct {
+	addr    string // the primary's address, in a Cluster only
+	version string // redis_version from INFO server
+	policy  string // maxmemory-policy from CONFIG GET, else from INFO memory
+}
+
+// probeServer asks the server, or every primary of a Cluster in parallel.
+// An error means some server did not answer at all.
+func (c *Client) probeServer(ctx context.Context) ([]serverFacts, error) {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		f, err := probe(ctx, c.rdb)
+		return []serverFacts{f}, err
+	}
+	var mu sync.Mutex // ForEachMaster runs fn for all primaries at once
+	var facts []serverFacts
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		f, err := probe(ctx, node)
+		f.addr = node.Options().Addr
+		mu.Lock()
+		facts = append(facts, f)
+		mu.Unlock()
+		return err
+	})
+	// Sorted, so messages and tests do not depend on who answered first.
+	slices.SortFunc(facts, func(a, b serverFacts) int { return strings.Compare(a.addr, b.addr) })
+	return facts, err
+}
+
+// probe asks one server in one round trip. INFO memory backs CONFIG GET up:
+// managed Redis often refuses CONFIG but shows maxmemory_policy in INFO, and
+// managed Redis is where volatile-lru is a common default.
+func probe(ctx context.Context, rdb redis.Cmdable) (serverFacts, error) {
+	pipe := rdb.Pipeline()
+	server := pipe.Info(ctx, "server")
+	memory := pipe.Info(ctx, "memory")
+	config := pipe.ConfigGet(ctx, "maxmemory-policy")
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	for _, err := range []error{server.Err(), memory.Err(), config.Err()} {
+		// A refusal (unknown command, NOPERM) is an answer; anything else
+		// (network, context) means the server was not heard.
+		var answer redis.Error
+		if err != nil && !errors.As(err, &answer) {
+			return serverFacts{}, err
+		}
+	}
+	f := serverFacts{
+		version: infoField(server.Val(), "redis_version"),
+		policy:  config.Val()["maxmemory-policy"],
+	}
+	if f.policy == "" {
+		f.policy = infoField(memory.Val(), "maxmemory_policy")
+	}
+	return f, nil
+}
+
+// infoField returns one field of an INFO reply, or "".
+func infoField(info, key string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// versionVerdict returns the first unsupported server of facts, or nil.
+func versionVerdict(facts []serverFacts, cluster bool) error {
+	for _, f := range facts {
+		if err := checkVersion(f.version, f.addr, cluster); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkVersion refuses a redis_version older than dlock needs, alone or in
+// a Cluster. addr names the server in the message when not empty. A version
+// it cannot parse passes: a fork's odd version string is no reason to refuse
+// a server that may well work.
+func checkVersion(version, addr string, cluster bool) error {
+	v, ok := parseVersion(version)
+	if !ok {
+		return nil
+	}
+	at := ""
+	if addr != "" {
+		at = " at " + addr
+	}
+	switch {
+	case cluster && older(v, minClusterVersion):
+		return fmt.Errorf("%w: redis_version %s%s; a Redis Cluster needs %d.%d or newer (lock hand-offs use the shard channels SPUBLISH and SSUBSCRIBE)",
+			ErrUnsupportedServer, version, at, minClusterVersion[0], minClusterVersion[1])
+	case older(v, minVersion):
+		return fmt.Errorf("%w: redis_version %s%s; dlock needs %d.%d or newer (its scripts read TIME before writing, which Redis allows by default from 5.0 on)",
+			ErrUnsupportedServer, version, at, minVersion[0], minVersion[1])
+	}
+	return nil
+}
+
+// older reports whether v is older than major.minor m.
+func older(v [3]int, m [2]int) bool {
+	return v[0] < m[0] || (v[0] == m[0] && v[1] < m[1])
+}
+
+// parseVersion reads "major.minor" or "major.minor.patch", allowing a
+// suffix after the last number ("7.2.4-rc1"). Anything else, a major alone
+// included, is not a version.
+func parseVersion(s string) (v [3]int, ok bool) {
+	rest := strings.TrimSpace(s)
+	for i := range v {
+		digits := len(rest) - len(strings.TrimLeft(rest, "0123456789"))
+		if digits == 0 || digits > 9 { // 9 digits cannot overflow an int
+			return v, false
+		}
+		v[i], _ = strconv.Atoi(rest[:digits])
+		rest = rest[digits:]
+		if i == 2 || !strings.HasPrefix(rest, ".") {
+			return v, i > 0 && !strings.HasPrefix(rest, ".")
+		}
+		rest = rest[1:]
+	}
+	return v, false
+}
+
+// evictionRisk tells whether a server with the given maxmemory-policy may
+// evict held locks, and why, in a sentence a user can act on. Every lock key
+// has a TTL, so volatile-* policies may pick it as readily as allkeys-*: an
+// evicted lock is free, and a second client takes it while the first still
+// believes it holds it. noeviction makes writes fail instead, loudly. An
+// empty policy (unknown) carries no risk that can be named.
+func evictionRisk(policy string) (string, bool) {
+	p := strings.ToLower(strings.TrimSpace(policy))
+	var why string
+	switch {
+	case p == "" || p == "noeviction":
+		return "", false
+	case strings.HasPrefix(p, "volatile-"):
+		why = "evicts keys that have a TTL when memory is full, and every lock key has one"
+	case strings.HasPrefix(p, "allkeys-"):
+		why = "evicts any key when memory is full, lock keys included"
+	default:
+		why = "is not noeviction, so Redis may evict keys when memory is full, lock keys included"
+	}
+	return fmt.Sprintf("maxmemory-policy %s %s: an evicted lock is free, and a second client can take it while the first still holds it. Run %s (and set it in redis.conf or the provider's parameter group)",
+		policy, why, evictionFix), true
+}
+
+// warnEviction logs, through the client's logger, one warning for all the
+// servers whose policy may evict held locks.
+func (c *Client) warnEviction(ctx context.Context, facts []serverFacts) {
+	var policies, nodes []string
+	var why string
+	for _, f := range facts {
+		risk, ok := evictionRisk(f.policy)
+		if !ok {
+			continue
+		}
+		if why == "" {
+			why = risk
+		}
+		if !slices.Contains(policies, f.policy) {
+			policies = append(policies, f.policy)
+		}
+		if f.addr != "" {
+			nodes = append(nodes, f.addr)
+		}
+	}
+	if why == "" {
+		return
+	}
+	logger := c.cfg.logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	attrs := []slog.Attr{slog.String("policy", strings.Join(policies, ",")), slog.String("fix", evictionFix)}
+	if len(nodes) > 0 {
+		attrs = append(attrs, slog.String("primaries", strings.Join(nodes, ",")))
+	}
+	attrs = append(attrs, slog.String("why", why))
+	logger.LogAttrs(ctx, slog.LevelWarn, "dlock: redis may evict held locks", attrs...)
+}
