@@ -123,11 +123,6 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 	if err == nil {
 		err = c.checkUsable(ctx)
 	}
-	if err == nil {
-		// Once per client: refuse a server too old for the scripts, and
-		// warn of an eviction policy that can delete held locks.
-		err = c.checkServer(ctx)
-	}
 	if err != nil {
 		return ac, opError("acquire", name, err)
 	}
@@ -166,6 +161,8 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireCon
 	if err != nil {
 		if !isServerReply(err) {
 			c.giveBack(ctx, k, token)
+		} else if cerr := c.checkServer(ctx); cerr != nil {
+			return nil, busy{}, opError("acquire", name, cerr) // why the scripts fail there
 		}
 		return nil, busy{}, opError("acquire", name, redisError(err))
 	}
@@ -173,6 +170,16 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireCon
 	if perr != nil {
 		c.giveBack(ctx, k, token)
 		return nil, busy{}, opError("acquire", name, perr)
+	}
+	// Once per client, and only once the server has answered (a check of an
+	// unreachable server would only add its timeout to the failure): refuse
+	// a server too old for dlock, and warn of an eviction policy that can
+	// delete held locks. After the first check this is one atomic load.
+	if cerr := c.checkServer(ctx); cerr != nil {
+		if ok {
+			c.withdraw(ctx, k, token)
+		}
+		return nil, busy{}, opError("acquire", name, cerr)
 	}
 	if !ok {
 		b := busy{ttl: time.Duration(n) * time.Millisecond, fence: holderFence}

@@ -127,6 +127,8 @@ func helperProcess() int {
 		return 0
 	case "hold":
 		return holdProcess(rdb)
+	case "pause":
+		return pauseWorker(rdb)
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper", os.Getenv(helperEnv))
 	return 2
