@@ -396,7 +396,7 @@ func (c *Client) handedOver(ctx context.Context, name string, k keys, token stri
 func (c *Client) withdraw(ctx context.Context, k keys, token string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.releaseTimeout)
 	defer cancel()
-	_, _ = c.releaseScript(rctx, k, token, true, tombstoneTTL)
+	_, _ = c.releaseScript(rctx, k, token, true, releaseRecordTTL)
 }
 
 func isBusy(err error) bool {

@@ -178,7 +178,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo,
 	if info.Token != token {
 		return info, opError("force unlock", name, ErrNotHeld)
 	}
-	// No tombstone: the holder's own Release, later, must report ErrNotHeld
+	// No release record: the holder's own Release, later, must report ErrNotHeld
 	// rather than find the token released and report success.
 	res, err := c.releaseScript(ctx, c.keys(name), token, false, 0)
 	if err != nil {

@@ -27,10 +27,19 @@
 //     the next holder's lock.
 //   - A command that go-redis sends again after a lost reply does no harm:
 //     an acquire that finds its own token succeeds (no stranded lock), a
-//     release that finds its own tombstone succeeds (no false ErrNotHeld).
-//   - Fences never go backwards, also after the key expired or Redis
-//     restarted empty: a missing counter is seeded from the server's clock in
-//     microseconds.
+//     waiter's entry is keyed by its token (no second entry), a release that
+//     finds the record of its token's release succeeds (no false ErrNotHeld).
+//     A grant whose reply was lost is given back at once.
+//   - Redis never shortens a lease, and the lock's deadline is the latest
+//     lease Redis confirmed: a renewal and a Refresh that cross cannot leave
+//     the client believing in a longer lease than Redis keeps.
+//   - Fences never go backwards: each is at least the last one + 1 and at
+//     least the server's clock in microseconds, so they grow also after the
+//     key expired, the counter expired, Redis restarted empty, or a failover
+//     lost the last grant (unless the new primary's clock is behind by more
+//     than the time since).
+//   - Redis 5 or newer is needed (7 in a Cluster), with maxmemory-policy
+//     noeviction: lock keys carry a TTL, and volatile-* policies evict them.
 //
 // # Limits
 //
@@ -44,9 +53,11 @@
 //
 // With the default prefix, the lock "order:42" is the hash dlock:{order:42}
 // with the fields token, fence, owner, since (server time in ms) and ttl
-// (ms); its fence counter is dlock:{order:42}:fence (no expiry), the token of
-// its last release dlock:{order:42}:last (kept 30 s), and its waiters line up
-// in the sorted set dlock:{order:42}:q. A release hands the lock to the first
+// (ms); its fence counter is dlock:{order:42}:fence (expires 7 days after the
+// last grant), the record of a token's release dlock:{order:42}:r:<token>
+// (kept 30 s), and its waiters' tokens line up in the sorted set
+// dlock:{order:42}:q, with each waiter's data in the hash dlock:{order:42}:qd.
+// A release hands the lock to the first
 // live waiter and tells that waiter's client alone on the channel
 // dlock:{order:42}:w:<client id>. The braces are a hash tag: all keys of one
 // lock share a Cluster slot.

@@ -98,7 +98,9 @@ func (l *Lock) Name() string { return l.name }
 func (l *Lock) Token() string { return l.token }
 
 // Fence returns this acquisition's fencing token. Fences of one name grow
-// with every acquisition, also across expiry and a Redis restarted empty. A
+// with every acquisition, also across expiry, a Redis restarted empty and a
+// failover that lost the last grant: each is at least the previous one + 1
+// and at least the Redis server's clock in µs. A
 // resource that remembers the largest fence it has seen, and refuses writes
 // with a smaller one, is safe from a holder whose lease ran out unnoticed.
 func (l *Lock) Fence() int64 { return l.fence }
@@ -221,7 +223,7 @@ func (l *Lock) release(ctx context.Context) error {
 	switch {
 	case err != nil:
 		// State unknown: the caller may try again, and a re-sent release
-		// that finds its own tombstone still reports success. Until then
+		// that finds the record of its release still reports success. Until then
 		// the lease deadline still ends the lock's context.
 		err = opError("release", l.name, redisError(err))
 		e.Result = ResultError
@@ -245,7 +247,7 @@ func (l *Lock) release(ctx context.Context) error {
 // runRelease runs the release script: it frees the lock if token still holds
 // it and hands it to the first live waiter.
 func (c *Client) runRelease(ctx context.Context, k keys, token string) (int64, error) {
-	return c.releaseScript(ctx, k, token, false, tombstoneTTL)
+	return c.releaseScript(ctx, k, token, false, releaseRecordTTL)
 }
 
 // releaseScript runs the release script. dropEntry also removes token's
@@ -262,11 +264,11 @@ func (c *Client) releaseScript(ctx context.Context, k keys, token string, dropEn
 		token, ms(record), drop, k.handoff, sharded, ms(c.cfg.fenceLifetime)).Int64()
 }
 
-// tombstoneTTL is how long Redis keeps the record of a token's release, so
+// releaseRecordTTL is how long Redis keeps the record of a token's release, so
 // that the same release sent again (go-redis re-sends a command after a read
 // timeout or a reset) reports success rather than a false ErrNotHeld. It
 // covers go-redis' default retries with their timeouts several times over.
-const tombstoneTTL = 30 * time.Second
+const releaseRecordTTL = 30 * time.Second
 
 // refreshScript runs the owner-checked refresh whatever the local state. It
 // reports what Redis answered; the caller confirms the lease.

@@ -501,3 +501,33 @@ func TestFenceCounterHasIdleLifetime(t *testing.T) {
 		t.Fatalf("fence after the counter expired %d, not above %d", l2.Fence(), l.Fence())
 	}
 }
+
+// TestFencingRejectsPausedHolder: two holders by design. A holder paused
+// past its lease (here: the lease ended on the server while it did not run)
+// still believes, for a moment after it resumes, what it believed before;
+// a write already on its way when it resumes is stale. The resource refuses
+// it because the next holder wrote with a larger fence.
+func TestFencingRejectsPausedHolder(t *testing.T) {
+	c, rdb, _ := setup(t)
+	a := mustAcquire(t, c, "fenced", dlock.WithTTL(10*time.Second))
+	expireNow(t, rdb, "dlock:{fenced}") // A is paused; its lease ends on the server
+	b := mustAcquire(t, newLocker(t, rdb), "fenced", dlock.WithTTL(10*time.Second))
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("fences: A %d, B %d; want B's larger", a.Fence(), b.Fence())
+	}
+	// fencedWrite (pause_test.go) is the resource: it refuses a fence below
+	// the largest it has seen.
+	write := func(l *dlock.Lock) int64 {
+		n, err := fencedWrite.Run(bg, rdb, []string{"resource"}, l.Fence()).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if write(b) != 1 {
+		t.Fatal("the current holder's write was refused")
+	}
+	if write(a) != 0 {
+		t.Fatal("the paused holder's stale write was accepted")
+	}
+}
