@@ -312,23 +312,8 @@ func startPauseRun(t *testing.T, name string, kinds []string) *pauseRun {
 	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
 	r := &pauseRun{t: t, rdb: lockSrv.Client(t), lockKey: "dlock:{" + name + "}", queueKey: "dlock:{" + name + "}:q", kinds: kinds, t0: monoNow()}
 	for i, kind := range kinds {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), helperEnv+"=pause", "REDIS_ADDR="+lockSrv.Addr, "FENCE_ADDR="+resSrv.Addr,
+		cmd, stdin, out := startWorker(t, "pause", "REDIS_ADDR="+lockSrv.Addr, "FENCE_ADDR="+resSrv.Addr,
 			"LOCK="+name, "TTL="+pauseTTL.String(), "WORKER="+strconv.Itoa(i), "KIND="+kind)
-		cmd.Stderr = os.Stderr
-		// A test binary that dies must not leave a worker stopped for ever.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
 		r.procs, r.stdins = append(r.procs, cmd), append(r.stdins, stdin)
 		r.readers.Add(1)
 		go r.read(i, out)

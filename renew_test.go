@@ -310,9 +310,26 @@ type child struct {
 
 func startHolder(t *testing.T, addr, name string, ttl time.Duration) *child {
 	t.Helper()
+	cmd, stdin, out := startWorker(t, "hold", "REDIS_ADDR="+addr, "LOCK="+name, "TTL="+ttl.String())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	ch := &child{cmd: cmd, lines: bufio.NewScanner(out), stdin: stdin}
+	if line := ch.next(t); !strings.HasPrefix(line, "acquired") {
+		t.Fatalf("holder process: %q", line)
+	}
+	return ch
+}
+
+// startWorker re-executes the test binary as a worker process of kind (see
+// helperProcess) with env added, and returns it with its stdin and stdout.
+// The caller waits for it.
+func startWorker(t *testing.T, kind string, env ...string) (*exec.Cmd, io.WriteCloser, io.ReadCloser) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=hold", "REDIS_ADDR="+addr, "LOCK="+name, "TTL="+ttl.String())
+	cmd.Env = append(append(os.Environ(), helperEnv+"="+kind), env...)
 	cmd.Stderr = os.Stderr
+	// A test binary that dies must not leave a worker behind, or one
+	// stopped for ever.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -324,12 +341,7 @@ func startHolder(t *testing.T, addr, name string, ttl time.Duration) *child {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	ch := &child{cmd: cmd, lines: bufio.NewScanner(out), stdin: stdin}
-	if line := ch.next(t); !strings.HasPrefix(line, "acquired") {
-		t.Fatalf("holder process: %q", line)
-	}
-	return ch
+	return cmd, stdin, out
 }
 
 func (ch *child) next(t *testing.T) string {
