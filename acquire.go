@@ -161,7 +161,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireCon
 	if err != nil {
 		if !isServerReply(err) {
 			c.giveBack(ctx, k, token)
-		} else if cerr := c.checkServer(ctx); cerr != nil {
+		} else if cerr := c.serverVerdictNow(); cerr != nil {
 			return nil, busy{}, opError("acquire", name, cerr) // why the scripts fail there
 		}
 		return nil, busy{}, opError("acquire", name, redisError(err))
@@ -171,11 +171,10 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireCon
 		c.giveBack(ctx, k, token)
 		return nil, busy{}, opError("acquire", name, perr)
 	}
-	// Once per client, and only once the server has answered (a check of an
-	// unreachable server would only add its timeout to the failure): refuse
-	// a server too old for dlock, and warn of an eviction policy that can
-	// delete held locks. After the first check this is one atomic load.
-	if cerr := c.checkServer(ctx); cerr != nil {
+	// Once per client, in the background and only once the server has
+	// answered: refuse a server too old for dlock, and warn of an eviction
+	// policy that can delete held locks. Here it is one atomic load.
+	if cerr := c.serverVerdictNow(); cerr != nil {
 		if ok {
 			c.withdraw(ctx, k, token)
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -40,6 +41,41 @@ type serverCheck struct {
 	verdict atomic.Pointer[serverVerdict] // nil until a server answered
 	mu      sync.Mutex
 	running chan struct{} // closed when the check under way ends; nil if none
+	probing atomic.Bool   // a background check (serverVerdictNow) is under way
+}
+
+// serverCheckTimeout bounds a background check.
+const serverCheckTimeout = 5 * time.Second
+
+// serverVerdictNow is what acquisitions call: the stored verdict, without
+// waiting. While there is none, it starts one check in the background,
+// bounded and ended by Close; so no acquisition waits for the check (in a
+// Cluster with one primary hung it would wait for that primary, and hand
+// out a lock already past its deadline). The first acquisitions on an
+// unsupported server get Redis' own error instead of ErrUnsupportedServer.
+func (c *Client) serverVerdictNow() error {
+	if v := c.server.verdict.Load(); v != nil {
+		return v.err
+	}
+	if !c.server.probing.CompareAndSwap(false, true) {
+		return nil
+	}
+	c.hmu.Lock()
+	if c.bgClosed {
+		c.hmu.Unlock()
+		c.server.probing.Store(false)
+		return nil
+	}
+	c.bg.Add(1)
+	c.hmu.Unlock()
+	go func() {
+		defer c.bg.Done()
+		defer c.server.probing.Store(false)
+		ctx, cancel := context.WithTimeout(c.closing, serverCheckTimeout)
+		defer cancel()
+		_ = c.checkServer(ctx)
+	}()
+	return nil
 }
 
 // serverVerdict is what acquisitions are told once the server answered:

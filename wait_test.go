@@ -326,7 +326,8 @@ func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // not round trips of the lock.
 func handshake(cmd redis.Cmder) bool {
 	name := cmd.Name()
-	return name == "hello" || name == "client" || name == "auth" || name == "select"
+	// info and config: the client's one background check of the server.
+	return name == "hello" || name == "client" || name == "auth" || name == "select" || name == "info" || name == "config"
 }
 
 // contendDo runs rounds of Do on name from a goroutine per client (a
