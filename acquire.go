@@ -154,9 +154,9 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireCon
 	var acked int64
 	var err error
 	if ac.replicas > 0 {
-		res, acked, err = c.scriptWithWait(ctx, k, ac, args)
+		res, acked, err = c.scriptWithWait(ctx, k, token, ac, args)
 	} else {
-		res, err = scripts.Acquire.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qdata}, args...).Slice()
+		res, err = scripts.Acquire.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qdata, k.record + token}, args...).Slice()
 	}
 	if err != nil {
 		if !isServerReply(err) {
@@ -314,8 +314,9 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, k keys, ac a
 					return l, err
 				}
 				// The handed-over lease ran out before it could be
-				// confirmed: that hand-off is over; wait on.
-				seen = max(seen, fence)
+				// confirmed: that hand-off is over; wait on, with a
+				// fresh token (the failed one was released).
+				seen, token, queued = max(seen, fence), newToken(), false
 				break wait
 			case <-ready:
 				timer.Stop()

@@ -395,15 +395,23 @@ func TestQueuedReplyLostLeavesNoGhost(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	rdb.AddHook(lostReplyHook(queuedAcquire, 1))
 	t.Cleanup(func() { _ = rdb.Close() })
-	if _, err := newLocker(t, rdb).Acquire(bg, "ghost-a", dlock.WithTTL(10*time.Second), dlock.WithWait(2*time.Second)); err == nil {
+	if _, err := newLocker(t, rdb).Acquire(bg, "ghost-a", dlock.WithTTL(time.Minute), dlock.WithWait(2*time.Second)); err == nil {
 		t.Fatal("the waiter got a busy lock")
 	}
 	if err := l.Release(bg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newLocker(t, plain).TryAcquire(bg, "ghost-a"); err != nil {
-		t.Fatalf("the release handed the lock to a waiter that had left: %v", err)
-	}
+	// The lost attempt's entry is withdrawn in the background: a release in
+	// the moment before may hand the lock to it, and the withdrawal then
+	// frees it at once, not after the waiter's TTL (a minute).
+	third := newLocker(t, plain)
+	waitFor(t, "the lock to be free of the waiter that left", func() bool {
+		l, err := third.TryAcquire(bg, "ghost-a")
+		if err == nil {
+			_ = l.Release(bg)
+		}
+		return err == nil
+	})
 }
 
 // TestResentQueuedAttemptLeavesNoGhost: go-redis sends a queued attempt again
@@ -529,5 +537,97 @@ func TestFencingRejectsPausedHolder(t *testing.T) {
 	}
 	if write(a) != 0 {
 		t.Fatal("the paused holder's stale write was accepted")
+	}
+}
+
+// lateHook models a command whose bytes reach Redis late: the client gives
+// up on it (an injected network error here; a deadline is the same to
+// dlock), dlock gives the token back on another pooled connection, and only
+// then does the delayed command arrive and run (a retransmitted segment; data
+// written before a close still arrives). The delayed copy runs on late, a
+// separate connection, after delay. From the adversarial review.
+func lateHook(match func(redis.Cmder) bool, late *redis.Client, delay time.Duration, ran chan<- []any) *hook {
+	var once atomic.Bool
+	return &hook{before: func(cmd redis.Cmder) error {
+		if !match(cmd) || !once.CompareAndSwap(false, true) {
+			return nil
+		}
+		args := append([]any(nil), cmd.Args()...)
+		go func() {
+			time.Sleep(delay)
+			v, err := late.Do(context.Background(), args...).Slice()
+			if err != nil {
+				ran <- []any{err}
+				return
+			}
+			ran <- v
+		}()
+		return netErr
+	}}
+}
+func TestLateAcquireAfterGiveBackGrantsNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := srv.Client(t)
+	loadScripts(t, plain)
+	ran := make(chan []any, 1)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	rdb.AddHook(lateHook(singleAcquire, plain, 200*time.Millisecond, ran))
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newLocker(t, rdb)
+	if l, err := c.TryAcquire(bg, "late1", dlock.WithTTL(30*time.Second)); err == nil {
+		_ = l.Release(bg)
+		t.Fatal("the reply was not lost")
+	}
+	select {
+	case v := <-ran:
+		t.Logf("late acquire executed, reply %v", v)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the late command never ran")
+	}
+	time.Sleep(100 * time.Millisecond) // any background giveBack is long done
+	other := newLocker(t, plain)
+	if l, err := other.TryAcquire(bg, "late1"); err != nil {
+		ttl := plain.PTTL(bg, "dlock:{late1}").Val()
+		t.Fatalf("lock stranded after a lost reply: held by a token nobody has, for %v more: %v", ttl, err)
+	} else {
+		_ = l.Release(bg)
+	}
+}
+func TestLateQueuedAttemptAfterGiveUpQueuesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := srv.Client(t)
+	loadScripts(t, plain)
+	holder := newLocker(t, plain)
+	h, err := holder.Acquire(bg, "late2", dlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan []any, 1)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	rdb.AddHook(lateHook(queuedAcquire, plain, 200*time.Millisecond, ran))
+	t.Cleanup(func() { _ = rdb.Close() })
+	w := newLocker(t, rdb)
+	if l, err := w.Acquire(bg, "late2", dlock.WithTTL(30*time.Second), dlock.WithWait(2*time.Second)); err == nil {
+		_ = l.Release(bg)
+		t.Fatal("waiter got a held lock")
+	} else {
+		t.Logf("waiter: %v", err)
+	}
+	select {
+	case v := <-ran:
+		t.Logf("late queued acquire executed, reply %v", v)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the late command never ran")
+	}
+	t.Logf("queue after the waiter left: %v", plain.ZRange(bg, "dlock:{late2}:q", 0, -1).Val())
+	if err := h.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	other := newLocker(t, plain)
+	if l, err := other.TryAcquire(bg, "late2"); err != nil {
+		ttl := plain.PTTL(bg, "dlock:{late2}").Val()
+		t.Fatalf("release handed the lock to an abandoned token: stranded for %v: %v", ttl, err)
+	} else {
+		_ = l.Release(bg)
 	}
 }

@@ -77,8 +77,8 @@ func (c *Client) refreshWithWait(ctx context.Context, l *Lock, ac acquireConfig)
 // scriptWithWait runs the acquire script and WAIT on one connection in one
 // pipeline: Redis refuses WAIT inside a script, and WAIT counts the writes of
 // the connection it is sent on.
-func (c *Client) scriptWithWait(ctx context.Context, k keys, ac acquireConfig, args []any) ([]any, int64, error) {
-	keys := []string{k.lock, k.fence, k.queue, k.qdata}
+func (c *Client) scriptWithWait(ctx context.Context, k keys, token string, ac acquireConfig, args []any) ([]any, int64, error) {
+	keys := []string{k.lock, k.fence, k.queue, k.qdata, k.record + token}
 	res, acked, err := c.withWait(ctx, k.lock, ac, func(pipe redis.Pipeliner, source bool) *redis.Cmd {
 		if source {
 			return scripts.Acquire.Eval(ctx, pipe, keys, args...)

@@ -2,7 +2,8 @@
 -- queue of waiters that release hands the lock to.
 -- KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] waiter queue: a zset of
 -- waiter tokens scored by arrival (µs), KEYS[4] waiter data: a hash from
--- token to "client_id|ttl|alive_until_ms|owner"
+-- token to "client_id|ttl|alive_until_ms|owner", KEYS[5] this token's
+-- release record (see release.lua)
 -- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] owner, ARGV[4] waiter's client
 -- id, or '' for a single attempt that does not queue, ARGV[5] how long the
 -- waiter entry lives without a renewed attempt, in ms, ARGV[6] the queue's
@@ -10,12 +11,20 @@
 -- for others), ARGV[7] the fence counter's idle lifetime in ms
 -- Returns {1, fence} when the lock is ours, {0, pttl, fence} when another
 -- holder has it (fence: that holder's fencing token; a hand-off message with
--- a fence not above it was sent before this attempt ran, and is stale).
+-- a fence not above it was sent before this attempt ran, and is stale), and
+-- {0, -3, 0} for a token its client gave up on.
 --
 -- The free path is six commands (HMGET, GET, TIME, SET, HSET, PEXPIRE): it is
 -- the path every uncontended lock takes.
 local key, fencekey, queue, qdata = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, owner, waiter = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+
+-- The client gave this token up (its reply was lost, or its wait ended) and
+-- withdrew it: this attempt reached Redis after that, delayed on the way. It
+-- must neither take the lock nor queue, or nobody would hold it for a TTL.
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return {0, -3, 0}
+end
 
 -- HMGET fails with WRONGTYPE when the key is not a hash: nothing written yet.
 local held = redis.call('HMGET', key, 'token', 'fence')

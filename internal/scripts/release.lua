@@ -5,7 +5,8 @@
 -- waiter data (see acquire.lua), KEYS[5] this token's release record
 -- ARGV[1] token, ARGV[2] release record lifetime in ms, or 0 for none (a
 -- forced unlock: the holder's own later release must report "not held"),
--- ARGV[3] '1' to drop this token's queue entry too (a waiter giving up),
+-- ARGV[3] '1' when the client gives the token up (a waiter leaving, or a
+-- grant whose reply was lost): drop its queue entry and mark it,
 -- ARGV[4] prefix of the waiters' hand-off channels, ARGV[5] '1' to tell the
 -- waiter on a shard channel (SPUBLISH: in a Cluster the message stays on the
 -- lock's shard), ARGV[6] the fence counter's idle lifetime in ms
@@ -18,6 +19,9 @@ local token = ARGV[1]
 
 if ARGV[3] == '1' then
   leave(queue, qdata, token)
+  -- The client gives this token up: mark it, so that an attempt of it sent
+  -- before and delayed on the way grants and queues nothing (acquire.lua).
+  redis.call('SET', record, '1', 'PX', ARGV[2])
 end
 
 if redis.call('HGET', key, 'token') ~= token then
