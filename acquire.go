@@ -287,8 +287,12 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, k keys, ac a
 			return l, nil
 		}
 		if !isBusy(err) {
-			// attempt has given back a grant whose reply was lost, and
-			// dropped the queue entry with it.
+			// A lost reply: attempt has given the token back, queue
+			// entry included. An error reply of Redis (this attempt wrote
+			// nothing) leaves an earlier attempt's entry: leave the line.
+			if queued && isServerReply(err) {
+				c.withdraw(ctx, k, token)
+			}
 			return nil, c.waitError(ctx, wctx, name, q.holderTTL(), err)
 		}
 		if confirmed {
