@@ -28,6 +28,28 @@ type pubsubTap struct {
 
 	mu    sync.Mutex
 	conns []*tapConn
+	gate  chan struct{} // while not nil, pub/sub reads wait for it: see hold
+}
+
+// hold makes the pub/sub connections keep what they read from now on until
+// deliver: messages arrive late, as on a slow connection or in a process
+// that reads them late.
+func (p *pubsubTap) hold() {
+	p.mu.Lock()
+	if p.gate == nil {
+		p.gate = make(chan struct{})
+	}
+	p.mu.Unlock()
+}
+
+// deliver lets the held reads through.
+func (p *pubsubTap) deliver() {
+	p.mu.Lock()
+	if p.gate != nil {
+		close(p.gate)
+		p.gate = nil
+	}
+	p.mu.Unlock()
 }
 
 func (p *pubsubTap) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -86,6 +108,7 @@ func (c *tapConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
+// Read of a held connection delivers what it read once the tap delivers.
 // Read of a hung connection delivers nothing until the connection is closed.
 // It still ends at the read deadline, as a read on a blackholed socket does:
 // a hang that ignored deadlines would ask for a health check that no client
@@ -95,6 +118,12 @@ func (c *tapConn) Read(b []byte) (int, error) {
 		n, err := c.Conn.Read(b)
 		if !c.hung.Load() {
 			if c.pubsub.Load() {
+				c.tap.mu.Lock()
+				gate := c.tap.gate
+				c.tap.mu.Unlock()
+				if gate != nil {
+					<-gate
+				}
 				c.tap.confirms.Add(countAll(b[:n], confirmFrames))
 				c.tap.msgs.Add(countAll(b[:n], messageFrames))
 			}

@@ -10,8 +10,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -77,68 +75,6 @@ func busyReply(cmd redis.Cmder) bool {
 	return err == nil && len(v) >= 2 && v[0] == int64(0)
 }
 
-// gatedDialer makes connections whose pub/sub traffic can be held back: once
-// closed, a pub/sub connection delivers nothing more until the gate opens,
-// while command connections go on. It models a pub/sub connection that is
-// slow, or a waiter process that reads its messages late.
-type gatedDialer struct {
-	mu     sync.Mutex
-	closed bool
-	open   chan struct{}
-}
-
-func newGatedDialer() *gatedDialer { return &gatedDialer{open: make(chan struct{})} }
-
-func (g *gatedDialer) close() {
-	g.mu.Lock()
-	g.closed = true
-	g.open = make(chan struct{})
-	g.mu.Unlock()
-}
-
-func (g *gatedDialer) release() {
-	g.mu.Lock()
-	if g.closed {
-		g.closed = false
-		close(g.open)
-	}
-	g.mu.Unlock()
-}
-
-func (g *gatedDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &gatedConn{Conn: c, g: g}, nil
-}
-
-type gatedConn struct {
-	net.Conn
-	g      *gatedDialer
-	pubsub atomic.Bool
-}
-
-func (c *gatedConn) Write(p []byte) (int, error) {
-	if strings.Contains(strings.ToLower(string(p)), "subscribe") {
-		c.pubsub.Store(true)
-	}
-	return c.Conn.Write(p)
-}
-
-func (c *gatedConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if c.pubsub.Load() {
-		c.g.mu.Lock()
-		closed, open := c.g.closed, c.g.open
-		c.g.mu.Unlock()
-		if closed {
-			<-open
-		}
-	}
-	return n, err
-}
-
 // TestStaleHandoffNotAccepted: a hand-off message read after a later busy
 // reply is stale. Waiter W is queued; the holder hands the lock to W, but W
 // stalls (here: inside the hook, as a paused process would) until the
@@ -150,7 +86,7 @@ func TestStaleHandoffNotAccepted(t *testing.T) {
 	plain := srv.Client(t)
 	loadScripts(t, plain)
 	holder, third := newLocker(t, plain), newLocker(t, plain)
-	gate := newGatedDialer()
+	tap := &pubsubTap{} // holds back W's pub/sub reads on demand
 	h1, err := holder.Acquire(bg, "stale", dlock.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +99,7 @@ func TestStaleHandoffNotAccepted(t *testing.T) {
 		}
 		switch stage.Add(1) {
 		case 1: // W is queued behind the holder and now stalls.
-			gate.close()
+			tap.hold()
 			_ = h1.Release(bg) // hands the lock to W; the message is held back
 			for i := 0; i < 400 && plain.Exists(bg, "dlock:{stale}").Val() == 1; i++ {
 				time.Sleep(5 * time.Millisecond)
@@ -175,12 +111,12 @@ func TestStaleHandoffNotAccepted(t *testing.T) {
 			}
 			c3.Store(l)
 		case 2: // W's attempt after the stall found C: now the old message arrives.
-			gate.release()
+			tap.deliver()
 		}
 	}}
-	wrdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Dialer: gate.dial})
+	wrdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Dialer: tap.dial})
 	wrdb.AddHook(h)
-	t.Cleanup(func() { gate.release(); _ = wrdb.Close() })
+	t.Cleanup(func() { tap.deliver(); _ = wrdb.Close() })
 	waiter := newLocker(t, wrdb)
 
 	wl, err := waiter.Acquire(bg, "stale", dlock.WithTTL(300*time.Millisecond), dlock.WithWait(1500*time.Millisecond))

@@ -17,11 +17,21 @@
 local key, fencekey, queue, qdata, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token = ARGV[1]
 
+-- The record lets a release that the client sends again after a lost reply
+-- report success instead of a false "not held". It is keyed by token: on a
+-- contended name the next holders acquire and release before go-redis sends
+-- the command again, and one record per name would be theirs by then. It
+-- also marks a token its client gave up, so that an attempt of it sent
+-- before and delayed on the way grants and queues nothing (acquire.lua).
+local function remember()
+  if ARGV[2] ~= '0' then
+    redis.call('SET', record, '1', 'PX', ARGV[2])
+  end
+end
+
 if ARGV[3] == '1' then
   leave(queue, qdata, token)
-  -- The client gives this token up: mark it, so that an attempt of it sent
-  -- before and delayed on the way grants and queues nothing (acquire.lua).
-  redis.call('SET', record, '1', 'PX', ARGV[2])
+  remember()
 end
 
 if redis.call('HGET', key, 'token') ~= token then
@@ -29,16 +39,6 @@ if redis.call('HGET', key, 'token') ~= token then
     return 2
   end
   return 0
-end
-
--- The record lets a release that the client sends again after a lost reply
--- report success instead of a false "not held". It is keyed by token: on a
--- contended name the next holders acquire and release before go-redis sends
--- the command again, and one record per name would be theirs by then.
-local function remember()
-  if ARGV[2] ~= '0' then
-    redis.call('SET', record, '1', 'PX', ARGV[2])
-  end
 end
 
 -- Hand over to the first waiter whose entry is still alive; entries of
