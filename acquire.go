@@ -201,9 +201,9 @@ func isServerReply(err error) bool {
 	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
 }
 
-// giveBack releases, on a fresh bounded context and in the background, a
-// grant whose reply was lost, and drops the token's queue entry. Close waits
-// for it.
+// giveBack withdraws token on a fresh bounded context, in the background: it
+// releases a grant whose reply was lost (or a hand-off that came too late)
+// and drops the token's queue entry. Close waits for it.
 func (c *Client) giveBack(ctx context.Context, k keys, token string) {
 	c.hmu.Lock()
 	if c.bgClosed {
@@ -330,7 +330,11 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, k keys, ac a
 			case <-wctx.Done():
 				timer.Stop()
 				if queued {
-					c.withdraw(ctx, k, token)
+					// In the background: the caller's wait is over, and
+					// a Redis that stopped answering must not hold it up
+					// for the release timeout. A late attempt of token
+					// is refused once it is withdrawn.
+					c.giveBack(ctx, k, token)
 				}
 				return nil, c.gaveUp(ctx, name, q.holderTTL())
 			}

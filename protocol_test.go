@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
@@ -373,6 +374,11 @@ func TestResentQueuedAttemptLeavesNoGhost(t *testing.T) {
 	if !once.Load() {
 		t.Fatal("no queued attempt was sent twice")
 	}
+	// The waiter leaves the line in the background; with a second entry
+	// left behind, the queue would never empty.
+	waitFor(t, "the waiter's entries to be withdrawn", func() bool {
+		return plain.Exists(bg, "dlock:{ghost-b}:q").Val() == 0
+	})
 	if err := l.Release(bg); err != nil {
 		t.Fatal(err)
 	}
@@ -566,4 +572,46 @@ func TestLateQueuedAttemptAfterGiveUpQueuesNothing(t *testing.T) {
 	} else {
 		_ = l.Release(bg)
 	}
+}
+
+// TestGiveUpReturnsAtWaitLimit: a waiter whose wait limit passes while Redis
+// does not answer it returns at the limit; leaving the line must not hold it
+// up for the release timeout.
+func TestGiveUpReturnsAtWaitLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := srv.Client(t)
+	if _, err := newLocker(t, plain).Acquire(bg, "stalled", dlock.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	w := newLocker(t, rdb, dlock.WithReleaseTimeout(5*time.Second))
+	// Shorter than a waiter's wake-up (0.8–1 s with this TTL): the limit
+	// passes while W waits between attempts, not during one.
+	const wait = 700 * time.Millisecond
+	start := time.Now()
+	res := acquireAsync(w, "stalled", dlock.WithTTL(time.Minute), dlock.WithWait(wait))
+	waitFor(t, "W to queue", func() bool { return plain.ZCard(bg, "dlock:{stalled}:q").Val() == 1 })
+	proxy.Blackhole() // Redis stops answering W while it waits between attempts
+	var r acquired
+	select {
+	case r = <-res:
+	case <-time.After(wait + 10*time.Second):
+		t.Fatal("Acquire did not return")
+	}
+	took := time.Since(start)
+	if !errors.Is(r.err, dlock.ErrNotObtained) {
+		t.Fatalf("Acquire: %v, want ErrNotObtained", r.err)
+	}
+	// A bound far above scheduling noise and far below wait + the release
+	// timeout (5.7 s), which the give-up used to take.
+	if took > wait+2*time.Second {
+		t.Fatalf("Acquire(WithWait(%v)) returned after %v: leaving the line held it up", wait, took)
+	}
+	proxy.Pass()
 }

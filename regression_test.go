@@ -214,6 +214,8 @@ func TestRegressionGhostEntryAfterAttemptError(t *testing.T) {
 	}
 	_, err = waiter.Acquire(bg, "x", dlock.WithTTL(10*time.Second), dlock.WithWait(5*time.Second))
 	t.Logf("waiter gave up: %v", err)
+	// The waiter leaves the line in the background.
+	waitFor(t, "the waiter's entry to be withdrawn", func() bool { return plain.ZCard(bg, "dlock:{x}:q").Val() == 0 })
 	_ = l.Release(bg)
 	third := newLocker(t, plain)
 	_, err = third.TryAcquire(bg, "x")
