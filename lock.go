@@ -154,7 +154,8 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // ours; else it returns ErrNotHeld and changes nothing. It never shortens the
 // lease in Redis: a shorter ttl takes effect from the next renewal on, once
 // the longer lease has run down. ttl must lie within the client's bounds.
-// Later renewals use the new ttl.
+// Later renewals use the new ttl. Like a renewal, a Refresh never leases
+// beyond the hold limit of WithMaxHold.
 //
 // A refresh whose answer arrives after the lease deadline passed reports
 // ErrNotHeld: the lock's context has ended by then.
@@ -170,6 +171,12 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return opError("refresh", l.name, ErrNotHeld)
 	}
 	sent := time.Now()
+	l.mu.Lock()
+	ttl, within := l.capAtHold(sent, ttl)
+	l.mu.Unlock()
+	if !within {
+		return opError("refresh", l.name, fmt.Errorf("%w: %w of %v reached", ErrNotHeld, ErrHoldLimit, l.maxHold))
+	}
 	ok, err := l.refreshScript(ctx, ttl)
 	if err != nil {
 		return opError("refresh", l.name, redisError(err))
@@ -300,6 +307,22 @@ func (l *Lock) is(s lockState) bool {
 // moment to reach the work. A tenth of the TTL, at least a millisecond.
 func leaseMargin(ttl time.Duration) time.Duration {
 	return max(ttl/10, time.Millisecond)
+}
+
+// capAtHold cuts a lease of ttl asked for at now so that it ends at the hold
+// limit (WithMaxHold) at the latest: such a lease is the last one, and its
+// deadline ends the lock. It reports false when the limit leaves no whole
+// millisecond. l.mu must be held.
+func (l *Lock) capAtHold(now time.Time, ttl time.Duration) (time.Duration, bool) {
+	if l.hold.IsZero() {
+		return ttl, true
+	}
+	left := l.hold.Sub(now).Truncate(time.Millisecond)
+	if left >= ttl {
+		return ttl, true
+	}
+	l.holdDone = true
+	return left, left >= time.Millisecond
 }
 
 // leaseEnd is the deadline of a lease of ttl confirmed by a command sent at

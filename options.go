@@ -181,8 +181,8 @@ func WithoutRenewal() AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.renew = false })
 }
 
-// WithMaxHold bounds how long the lock is held in all: renewal never extends
-// the lease beyond d after acquisition, and the lock's context ends then,
+// WithMaxHold bounds how long the lock is held in all: neither renewal nor
+// Refresh extends the lease beyond d after acquisition, and the lock's context ends then,
 // with a cause matching ErrHoldLimit and ErrLockLost. For work that must not
 // run away. Zero (the default) means no limit.
 func WithMaxHold(d time.Duration) AcquireOption {

@@ -212,18 +212,12 @@ func (r *renewer) renew(batch []*Lock) {
 	var last time.Time // the latest deadline of the batch bounds the pipeline
 	for _, l := range batch {
 		l.mu.Lock()
-		ttl, deadline := l.ttl, l.until
-		if left := l.hold.Sub(now).Truncate(time.Millisecond); !l.hold.IsZero() && left < ttl {
-			// Never lease beyond the hold limit: this lease is the last,
-			// cut to end at the limit, and its deadline ends the lock.
-			l.holdDone = true
-			if left < time.Millisecond {
-				l.mu.Unlock()
-				continue
-			}
-			ttl = left
-		}
+		ttl, ok := l.capAtHold(now, l.ttl)
+		deadline := l.until
 		l.mu.Unlock()
+		if !ok {
+			continue
+		}
 		if now.After(deadline) {
 			continue // the deadline timer is ending this lock; renewing now could revive a lease we already gave up
 		}

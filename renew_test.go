@@ -458,3 +458,24 @@ func TestCloseEndsWaits(t *testing.T) {
 		t.Fatal("Close did not end a wait under way")
 	}
 }
+
+// TestMaxHoldBoundsRefresh: a Refresh asks for more than the hold limit
+// leaves; the lease is cut at the limit, as a renewal's is.
+func TestMaxHoldBoundsRefresh(t *testing.T) {
+	c, rdb, _ := setup(t)
+	l := mustAcquire(t, c, "hold-refresh", dlock.WithTTL(300*time.Millisecond), dlock.WithMaxHold(600*time.Millisecond))
+	if err := l.Refresh(bg, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if left := rdb.PTTL(bg, "dlock:{hold-refresh}").Val(); left > 600*time.Millisecond {
+		t.Fatalf("Refresh leased %v in Redis, beyond the 600ms hold limit", left)
+	}
+	select {
+	case <-l.Context().Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the hold limit never ended the lock after a Refresh")
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrHoldLimit) {
+		t.Fatalf("cause = %v, want ErrHoldLimit", cause)
+	}
+}
