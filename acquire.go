@@ -120,11 +120,18 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 	if err == nil && ac.maxHold < 0 {
 		err = fmt.Errorf("%w: max hold %v is negative", ErrInvalidOption, ac.maxHold)
 	}
+	if err == nil && ac.maxHold > 0 && ac.maxHold < c.cfg.minTTL {
+		err = fmt.Errorf("%w: max hold %v is below the minimum TTL %v", ErrInvalidOption, ac.maxHold, c.cfg.minTTL)
+	}
 	if err == nil {
 		err = c.checkUsable(ctx)
 	}
 	if err != nil {
 		return ac, opError("acquire", name, err)
+	}
+	if ac.maxHold > 0 && ac.maxHold < ac.ttl {
+		// The first lease, too, ends at the hold limit at the latest.
+		ac.ttl = ac.maxHold
 	}
 	ac.ttl = ac.ttl.Truncate(time.Millisecond)
 	return ac, nil
@@ -159,24 +166,30 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireCon
 		res, err = scripts.Acquire.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qdata, k.record + token}, args...).Slice()
 	}
 	if err != nil {
-		if !isServerReply(err) {
-			c.giveBack(ctx, k, token)
-		} else if cerr := c.serverVerdictNow(); cerr != nil {
-			return nil, busy{}, opError("acquire", name, cerr) // why the scripts fail there
+		// A lost reply may have granted the lock; an error reply of a
+		// queued attempt wrote nothing, but an earlier attempt of the
+		// token is in line. Either way the token is given up.
+		if queue || !isServerReply(err) {
+			c.giveBack(ctx, k, token, ac.ttl)
+		}
+		if isServerReply(err) {
+			if cerr := c.serverVerdictNow(); cerr != nil {
+				return nil, busy{}, opError("acquire", name, cerr) // why the scripts fail there
+			}
 		}
 		return nil, busy{}, opError("acquire", name, redisError(err))
 	}
 	ok, n, holderFence, perr := parseAcquire(res)
 	if perr != nil {
-		c.giveBack(ctx, k, token)
+		c.giveBack(ctx, k, token, ac.ttl)
 		return nil, busy{}, opError("acquire", name, perr)
 	}
 	// Once per client, in the background and only once the server has
 	// answered: refuse a server too old for dlock, and warn of an eviction
 	// policy that can delete held locks. Here it is one atomic load.
 	if cerr := c.serverVerdictNow(); cerr != nil {
-		if ok {
-			c.withdraw(ctx, k, token)
+		if ok || queue {
+			c.giveBack(ctx, k, token, ac.ttl) // a grant, or a place in line
 		}
 		return nil, busy{}, opError("acquire", name, cerr)
 	}
@@ -201,21 +214,36 @@ func isServerReply(err error) bool {
 	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
 }
 
-// giveBack withdraws token on a fresh bounded context, in the background: it
-// releases a grant whose reply was lost (or a hand-off that came too late)
-// and drops the token's queue entry. Close waits for it.
-func (c *Client) giveBack(ctx context.Context, k keys, token string) {
+// giveBack withdraws token in the background: it releases a grant whose
+// reply was lost (or a hand-off that came too late), drops the token's queue
+// entry and marks the token given up. Close waits for it.
+//
+// The error that made the caller give up (a reset, BUSY, a failover's
+// READONLY) often fails the first withdrawal too, so it is tried again with
+// backoff while the token's queue entry, of a lock of ttl, could still be
+// handed the lock (waiterAlive), unless Close has begun.
+func (c *Client) giveBack(ctx context.Context, k keys, token string, ttl time.Duration) {
 	c.hmu.Lock()
 	if c.bgClosed {
 		c.hmu.Unlock()
-		c.withdraw(ctx, k, token)
+		_ = c.withdraw(ctx, k, token)
 		return
 	}
 	c.bg.Add(1)
 	c.hmu.Unlock()
 	go func() {
 		defer c.bg.Done()
-		c.withdraw(ctx, k, token)
+		until := time.Now().Add(waiterAlive(ttl))
+		for backoff := 20 * time.Millisecond; c.withdraw(ctx, k, token) != nil; backoff = min(2*backoff, 500*time.Millisecond) {
+			if time.Now().Add(backoff).After(until) {
+				return
+			}
+			select {
+			case <-time.After(backoff):
+			case <-c.closing.Done():
+				return
+			}
+		}
 	}()
 }
 
@@ -287,12 +315,7 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, k keys, ac a
 			return l, nil
 		}
 		if !isBusy(err) {
-			// A lost reply: attempt has given the token back, queue
-			// entry included. An error reply of Redis (this attempt wrote
-			// nothing) leaves an earlier attempt's entry: leave the line.
-			if queued && isServerReply(err) {
-				c.withdraw(ctx, k, token)
-			}
+			// attempt has given the token up, queue entry included.
 			return nil, c.waitError(ctx, wctx, name, q.holderTTL(), err)
 		}
 		if confirmed {
@@ -334,7 +357,7 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, k keys, ac a
 					// a Redis that stopped answering must not hold it up
 					// for the release timeout. A late attempt of token
 					// is refused once it is withdrawn.
-					c.giveBack(ctx, k, token)
+					c.giveBack(ctx, k, token, ac.ttl)
 				}
 				return nil, c.gaveUp(ctx, name, q.holderTTL())
 			}
@@ -401,10 +424,11 @@ func (c *Client) handedOver(ctx context.Context, name string, k keys, token stri
 // withdraw leaves the Redis queue after giving up. If a release handed us
 // the lock in the meantime, the same script releases it to the next waiter.
 // It runs on a fresh context: the caller's has ended.
-func (c *Client) withdraw(ctx context.Context, k keys, token string) {
+func (c *Client) withdraw(ctx context.Context, k keys, token string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.releaseTimeout)
 	defer cancel()
-	_, _ = c.releaseScript(rctx, k, token, true, releaseRecordTTL)
+	_, err := c.releaseScript(rctx, k, token, true, releaseRecordTTL)
+	return err
 }
 
 func isBusy(err error) bool {

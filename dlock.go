@@ -78,6 +78,12 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 // acquisitions after Close fail, with ErrClosed; a lock obtained while Close
 // ran is released again. ctx bounds the releases; a lock that could not be released
 // expires with its TTL. The error joins the failed releases.
+//
+// The background work Close waits for includes tokens being given back
+// (each try bounded by the release timeout) and the one-time check of the
+// server (bounded by 5 s). With a Redis that stopped answering, go-redis
+// keeps to those bounds only when made with ContextTimeoutEnabled; else a
+// read waits for its ReadTimeout.
 func (c *Client) Close(ctx context.Context) error {
 	c.closed.Store(true)
 	c.closeWaits()

@@ -85,6 +85,11 @@ func (r *Redlock) TryAcquire(ctx context.Context, name string, opts ...AcquireOp
 	if err != nil {
 		return nil, err
 	}
+	if ac.maxHold > 0 {
+		// A MultiLock renews on its own and has no hold limit yet:
+		// refuse rather than accept a limit it would not keep.
+		return nil, opError("acquire", name, fmt.Errorf("%w: WithMaxHold is not supported by Redlock", ErrInvalidOption))
+	}
 	renew := ac.renew
 	ac.renew = false // node locks are plain leases; the MultiLock renews them together
 	token := newToken()

@@ -49,9 +49,10 @@ const serverCheckTimeout = 5 * time.Second
 
 // serverVerdictNow is what acquisitions call: the stored verdict, without
 // waiting. While there is none, it starts one check in the background,
-// bounded and ended by Close; so no acquisition waits for the check (in a
-// Cluster with one primary hung it would wait for that primary, and hand
-// out a lock already past its deadline). The first acquisitions on an
+// bounded by serverCheckTimeout and cancelled by Close, which waits for it.
+// No acquisition waits for the check: in a Cluster with one primary hung it
+// would wait for that primary, and hand out a lock already past its
+// deadline. The first acquisitions on an
 // unsupported server get Redis' own error instead of ErrUnsupportedServer.
 func (c *Client) serverVerdictNow() error {
 	if v := c.server.verdict.Load(); v != nil {
