@@ -181,10 +181,11 @@ func WithoutRenewal() AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.renew = false })
 }
 
-// WithMaxHold bounds how long the lock is held in all: neither renewal nor
-// Refresh extends the lease beyond d after acquisition, and the lock's context ends then,
-// with a cause matching ErrHoldLimit and ErrLockLost. For work that must not
-// run away. Zero (the default) means no limit.
+// WithMaxHold bounds how long the lock is held in all: no lease (the first,
+// a renewal or a Refresh) runs beyond d after acquisition, and the lock's
+// context ends then, with a cause matching ErrHoldLimit and ErrLockLost. For
+// work that must not run away. Zero (the default) means no limit; d must not
+// be below the client's minimum TTL. Redlock refuses it.
 func WithMaxHold(d time.Duration) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.maxHold = d })
 }
