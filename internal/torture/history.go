@@ -1,0 +1,137 @@
+// Package torture runs dlock (or a deliberately broken lock) under faults and
+// checks what happened: worker processes contend for a few names and update
+// a counter kept in a second, never-faulted Redis, presenting the lock's
+// fence on every read and write; a nemesis kills, pauses, cuts and delays
+// them and restarts or starves the lock's Redis; each worker records every
+// acquisition on CLOCK_MONOTONIC, which all processes share; and Check judges
+// the history: two holders at once, fences that do not grow, lost updates,
+// locks a dead holder left behind, losses the holder never heard of.
+//
+// Each overlap of two holders is either expected by the lock's contract (a
+// holder paused past its lease, a Redis restarted without persistence,
+// eviction, a failover with asynchronous replication — each named) or a
+// violation, printed as a counterexample.
+//
+// The package serves the tests (a short profile in `make test`, the full one
+// in `make torture`) and `dlock torture`, which runs the client-side faults
+// against a user's own Redis.
+package torture
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Now reads CLOCK_MONOTONIC: one clock for every process of the machine, so
+// stamps of workers and of the nemesis compare. Go's own monotonic reading
+// counts from each process' start.
+func Now() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err) // CLOCK_MONOTONIC exists on every Linux
+	}
+	return ts.Nano()
+}
+
+// Hold is one acquisition as its worker saw it. Stamps are CLOCK_MONOTONIC
+// nanoseconds; zero means "did not happen".
+type Hold struct {
+	Worker int    `json:"w"`
+	Seq    int    `json:"q"` // the worker's count of its holds
+	Name   string `json:"n"`
+	Fence  int64  `json:"f"`
+	Asked  int64  `json:"a"` // Acquire called
+	Got    int64  `json:"g"` // Acquire returned the lock: the hold begins
+	// Done: the critical section ended and Release was called.
+	Done int64 `json:"d,omitempty"`
+	// Lost: the worker saw the lock's context end before Done.
+	Lost  int64  `json:"l,omitempty"`
+	Cause string `json:"c,omitempty"` // why the context ended: see causeOf
+	// Release: ok, not_held, failed (a Redis error), unknown (a timeout);
+	// empty while the hold lasts or if the worker died in it.
+	Release string `json:"r,omitempty"`
+	// Read and Write: what the protected resource answered to the fenced
+	// read and write: ok, stale (a larger fence was seen), err.
+	Read  string `json:"rd,omitempty"`
+	Write string `json:"wr,omitempty"`
+
+	// Died is set by the runner: the worker was killed during the hold,
+	// stamped after the kill was complete.
+	Died int64 `json:"-"`
+}
+
+// End is when the holder stopped believing it held the lock: the earliest of
+// the end of its critical section, the lock's context ending, and its death.
+// open is returned for a hold that never ended (the run stopped first).
+func (h Hold) End(open int64) int64 {
+	end := open
+	for _, t := range []int64{h.Done, h.Lost, h.Died} {
+		if t != 0 && t < end {
+			end = t
+		}
+	}
+	return end
+}
+
+// Attempt counts one Acquire that returned no lock.
+type Attempt struct {
+	Worker  int    `json:"w"`
+	Name    string `json:"n"`
+	Outcome string `json:"o"` // busy (not obtained), failed (an error), unknown (a timeout)
+	Err     string `json:"e,omitempty"`
+}
+
+// The kinds of fault. Those in expected excuse an overlap by the contract.
+const (
+	FaultKill         = "kill"          // SIGKILL of a worker, restarted after
+	FaultPause        = "pause"         // SIGSTOP of a worker past the TTL, then SIGCONT
+	FaultBlackhole    = "blackhole"     // one worker's (or all) connections forward nothing
+	FaultLatency      = "latency"       // one worker's connections delayed beyond its read timeout
+	FaultReset        = "reset"         // a connection reset right after a lock command was written
+	FaultRestartAOF   = "restart-aof"   // the lock's Redis killed and restarted with appendfsync always
+	FaultRestartEmpty = "restart-empty" // the lock's Redis killed and restarted empty
+	FaultEvict        = "evict"         // memory filled under volatile-lru: lock keys evicted
+	FaultFailover     = "failover"      // a replica promoted (Sentinel or Cluster)
+)
+
+// expected names, for each kind of fault that the contract admits overlaps
+// under, why.
+var expected = map[string]string{
+	FaultPause:        "holder paused past its lease",
+	FaultRestartEmpty: "Redis restarted without persistence",
+	FaultEvict:        "lock keys evicted (volatile-lru)",
+	FaultFailover:     "failover with asynchronous replication",
+}
+
+// Fault is one fault the nemesis injected, with its window.
+type Fault struct {
+	Kind   string `json:"k"`
+	Worker int    `json:"w"` // -1: every worker, or the server
+	Name   string `json:"n,omitempty"` // the lock the worker held or waited for
+	From   int64  `json:"from"`
+	To     int64  `json:"to"`
+	Note   string `json:"note,omitempty"`
+}
+
+// Access is one read or write of the protected resource, as the resource
+// recorded it (in the order it applied them).
+type Access struct {
+	Name   string
+	Worker int
+	Fence  int64
+	Op     string // read or write
+	Read   int64  // write: the value the worker had read
+	Value  int64  // the value before the access
+	OK     bool   // false: refused, a larger fence had been seen
+}
+
+// History is everything one run recorded.
+type History struct {
+	Start, Stop int64
+	TTL         time.Duration
+	Holds       []Hold
+	Attempts    []Attempt
+	Faults      []Fault
+	Accesses    []Access
+}
