@@ -107,7 +107,7 @@ var expected = map[string]string{
 // Fault is one fault the nemesis injected, with its window.
 type Fault struct {
 	Kind   string `json:"k"`
-	Worker int    `json:"w"` // -1: every worker, or the server
+	Worker int    `json:"w"`           // -1: every worker, or the server
 	Name   string `json:"n,omitempty"` // the lock the worker held or waited for
 	From   int64  `json:"from"`
 	To     int64  `json:"to"`
