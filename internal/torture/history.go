@@ -51,6 +51,10 @@ type Hold struct {
 	// Release: ok, not_held, failed (a Redis error), unknown (a timeout);
 	// empty while the hold lasts or if the worker died in it.
 	Release string `json:"r,omitempty"`
+	// Final is why the lock's context had ended when Release returned:
+	// "released" means the holder still believed its lease valid then.
+	// Naive locks have no such context: "".
+	Final string `json:"x,omitempty"`
 	// Read and Write: what the protected resource answered to the fenced
 	// read and write: ok, stale (a larger fence was seen), err.
 	Read  string `json:"rd,omitempty"`

@@ -1,0 +1,52 @@
+package torture
+
+import "time"
+
+// The scenarios on one Redis, by the fault they inject. Each runs 8 workers
+// on 2 names with a 500 ms TTL; a few critical sections outlast the TTL.
+func scenario(name string, d time.Duration, faults ...string) Scenario {
+	return Scenario{Name: name, Lock: LockDlock, Faults: faults, Workers: 8, Names: 2,
+		TTL: 500 * time.Millisecond, Duration: d, Long: 0.02}
+}
+
+// ShortProfile is what `make test` runs: every scenario that needs no
+// Sentinel or Cluster, a few seconds each.
+func ShortProfile() []Scenario { return profile(8 * time.Second) }
+
+// FullProfile is `make torture`'s: the same scenarios, longer.
+func FullProfile() []Scenario { return profile(60 * time.Second) }
+
+func profile(d time.Duration) []Scenario {
+	reset := scenario("reset", d)
+	reset.Reset = 0.05
+	reset.Faults = nil
+	aof := scenario("restart-aof", d, FaultRestartAOF)
+	aof.Persist = true
+	mixed := scenario("mixed", d, FaultKill, FaultPause, FaultBlackhole, FaultLatency)
+	mixed.Reset = 0.02
+	return []Scenario{
+		scenario("kill", d, FaultKill),
+		scenario("pause", d, FaultPause),
+		scenario("blackhole", d, FaultBlackhole),
+		scenario("latency", d, FaultLatency),
+		reset,
+		aof,
+		scenario("restart-empty", d, FaultRestartEmpty),
+		scenario("evict", d, FaultEvict),
+		mixed,
+	}
+}
+
+// ClientScenarios are the scenarios `dlock torture` runs against a user's
+// Redis: faults of the clients and their network only.
+func ClientScenarios(d time.Duration) []Scenario {
+	var out []Scenario
+	for _, s := range profile(d) {
+		switch s.Name {
+		case "restart-aof", "restart-empty", "evict":
+		default:
+			out = append(out, s)
+		}
+	}
+	return out
+}

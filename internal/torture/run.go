@@ -1,0 +1,371 @@
+package torture
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/faultproxy"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// Scenario is one run: which lock, which faults, how long.
+type Scenario struct {
+	Name string
+	// Lock is LockDlock or one of PlantedLocks.
+	Lock string
+	// Faults are the kinds the nemesis draws from, one at a time; FaultReset
+	// is injected by the workers themselves (see Reset).
+	Faults   []string
+	Workers  int
+	Names    int
+	TTL      time.Duration
+	Duration time.Duration
+	// Long is the share of critical sections longer than the TTL.
+	Long float64
+	// Reset is the chance of a reset after each lock command (FaultReset).
+	Reset float64
+	// Persist starts the lock's Redis with appendfsync always.
+	Persist bool
+	// Topology is "" (one Redis, a proxy per worker), "sentinel" or
+	// "cluster"; Replicas asks dlock for WithReplicas.
+	Topology string
+	Replicas int
+}
+
+// Target is a Redis the user names, for `dlock torture`.
+type Target struct {
+	Addr, Username, Password string
+	DB                       int
+}
+
+// Env is where a scenario runs.
+type Env struct {
+	// Worker starts a worker process: the binary and its arguments. The
+	// process must call WorkerMain when IsWorker.
+	Worker []string
+	// Dir holds the servers' files.
+	Dir string
+	// Redis is the user's lock Redis; nil starts one (and allows the
+	// server-side faults).
+	Redis *Target
+	// ResAddr is the protected resource's Redis; "" starts one.
+	ResAddr string
+	// Prefix keys everything the run writes (default "torture:").
+	Prefix string
+	Seed   uint64
+	// Progress, if set, gets a line per fault.
+	Progress io.Writer
+}
+
+// Run runs sc and returns what happened, ready for Check.
+func Run(ctx context.Context, env Env, sc Scenario) (History, error) {
+	r := &run{env: env, sc: sc, rng: rand.New(rand.NewPCG(env.Seed, 1)), grants: make(chan *proc, 1)}
+	if r.env.Prefix == "" {
+		r.env.Prefix = "torture:"
+	}
+	defer r.cleanup()
+	if err := r.start(ctx); err != nil {
+		return History{}, err
+	}
+	r.h.Start, r.h.TTL = Now(), sc.TTL
+	for i := range sc.Workers {
+		if err := r.spawn(i); err != nil {
+			return History{}, err
+		}
+	}
+	r.nemesis(ctx)
+	r.stop()
+	r.h.Stop = Now()
+	acc, err := NewResource(r.res, r.env.Prefix+"res:").Accesses(context.Background())
+	if err != nil {
+		return History{}, err
+	}
+	r.h.Accesses = acc
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.errs) > 0 {
+		return r.h, fmt.Errorf("torture: %s: %d worker errors, the first: %s", sc.Name, len(r.errs), r.errs[0])
+	}
+	return r.h, nil
+}
+
+type run struct {
+	env Env
+	sc  Scenario
+	rng *rand.Rand // the nemesis'
+
+	lockSrv   *redistest.Server // nil when the user named the Redis
+	resSrv    *redistest.Server
+	res       *redis.Client
+	lockAddr  string
+	proxies   []*faultproxy.Proxy // one per worker slot
+	lockAdmin *redis.Client       // the nemesis' own connection to the lock's Redis
+
+	nextID  int
+	readers sync.WaitGroup
+
+	mu     sync.Mutex // guards what the readers fill in
+	h      History
+	procs  []*proc // by slot: the live process
+	open   map[int]int
+	errs   []string
+	grants chan *proc // a worker just got a lock (dropped when nobody waits)
+}
+
+// proc is one worker process.
+type proc struct {
+	id, slot int
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	exited   chan struct{}
+	// guarded by run.mu
+	waiting, holding string // the name waited for, held
+}
+
+func (r *run) start(ctx context.Context) error {
+	if r.env.Redis == nil {
+		var args []string
+		if r.sc.Persist {
+			args = []string{"--appendonly", "yes", "--appendfsync", "always"}
+		}
+		dir, err := os.MkdirTemp(r.env.Dir, "lock-")
+		if err != nil {
+			return err
+		}
+		if r.lockSrv, err = redistest.Launch(ctx, dir, args...); err != nil {
+			return err
+		}
+		r.lockAddr = r.lockSrv.Addr
+		r.lockAdmin = redis.NewClient(&redis.Options{Addr: r.lockAddr})
+	} else {
+		r.lockAddr = r.env.Redis.Addr
+	}
+	resAddr := r.env.ResAddr
+	if resAddr == "" {
+		dir, err := os.MkdirTemp(r.env.Dir, "res-")
+		if err != nil {
+			return err
+		}
+		if r.resSrv, err = redistest.Launch(ctx, dir); err != nil {
+			return err
+		}
+		resAddr = r.resSrv.Addr
+	}
+	r.res = redis.NewClient(&redis.Options{Addr: resAddr})
+	r.h.TTL = r.sc.TTL
+	r.open = map[int]int{}
+	r.procs = make([]*proc, r.sc.Workers)
+	for range r.sc.Workers {
+		p, err := faultproxy.New(r.lockAddr)
+		if err != nil {
+			return err
+		}
+		r.proxies = append(r.proxies, p)
+	}
+	return nil
+}
+
+// readTimeout is the workers' go-redis read timeout: a little under the TTL,
+// so that a cut connection fails a command before the lease's deadline.
+func (r *run) readTimeout() time.Duration { return max(r.sc.TTL*4/5, 100*time.Millisecond) }
+
+// spawn starts a worker process in slot.
+func (r *run) spawn(slot int) error {
+	r.mu.Lock()
+	r.nextID++
+	id := r.nextID
+	r.mu.Unlock()
+	names := make([]string, max(r.sc.Names, 1))
+	for i := range names {
+		names[i] = "n" + strconv.Itoa(i)
+	}
+	cfg := workerConfig{
+		ID: id, Lock: r.sc.Lock, Addrs: []string{r.proxies[slot].Addr()}, ResAddr: r.res.Options().Addr,
+		Prefix: r.env.Prefix, Names: names, TTL: r.sc.TTL, Wait: 4 * r.sc.TTL, ReadTimeout: r.readTimeout(),
+		Long: r.sc.Long, Reset: r.sc.Reset, Replicas: r.sc.Replicas, Seed: r.env.Seed,
+	}
+	if t := r.env.Redis; t != nil {
+		cfg.Username, cfg.Password, cfg.DB = t.Username, t.Password, t.DB
+	}
+	b, _ := json.Marshal(cfg)
+	cmd := exec.Command(r.env.Worker[0], r.env.Worker[1:]...)
+	cmd.Env = append(os.Environ(), WorkerEnv+"="+string(b))
+	cmd.Stderr = os.Stderr
+	// A runner that dies must not leave a worker behind, or one stopped
+	// for ever.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("torture: start a worker: %w", err)
+	}
+	p := &proc{id: id, slot: slot, cmd: cmd, stdin: stdin, exited: make(chan struct{})}
+	r.mu.Lock()
+	r.procs[slot] = p
+	r.mu.Unlock()
+	r.readers.Add(1)
+	go r.read(p, out)
+	return nil
+}
+
+// read collects one worker's lines until it exits.
+func (r *run) read(p *proc, out io.Reader) {
+	defer r.readers.Done()
+	defer close(p.exited)
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		var l line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			r.mu.Lock()
+			r.errs = append(r.errs, fmt.Sprintf("w%d: %q", p.id, sc.Text()))
+			r.mu.Unlock()
+			continue
+		}
+		r.mu.Lock()
+		switch l.Kind {
+		case "wait":
+			p.waiting, p.holding = l.Name, ""
+		case "acq":
+			p.waiting, p.holding = "", l.Hold.Name
+			r.open[p.id] = len(r.h.Holds)
+			r.h.Holds = append(r.h.Holds, *l.Hold)
+		case "done":
+			// Still "holding" for the nemesis until Release returns: a
+			// fault inside Release is a fault of the holder.
+			if i, ok := r.open[p.id]; ok {
+				r.h.Holds[i] = *l.Hold
+			}
+		case "end":
+			p.holding = ""
+			if i, ok := r.open[p.id]; ok {
+				r.h.Holds[i] = *l.Hold
+				delete(r.open, p.id)
+			}
+		case "try":
+			p.waiting = ""
+			r.h.Attempts = append(r.h.Attempts, *l.Attempt)
+		case "fault":
+			r.h.Faults = append(r.h.Faults, *l.Fault)
+		}
+		r.mu.Unlock()
+		if l.Kind == "acq" {
+			select {
+			case r.grants <- p:
+			default:
+			}
+		}
+	}
+	_ = p.cmd.Wait()
+}
+
+// stop tells every worker to finish (EOF on stdin) and kills those that do
+// not within a few seconds.
+func (r *run) stop() {
+	r.mu.Lock()
+	procs := slices.Clone(r.procs)
+	r.mu.Unlock()
+	for _, p := range procs {
+		_ = p.stdin.Close()
+	}
+	done := make(chan struct{})
+	go func() { r.readers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10*time.Second + 2*r.sc.TTL):
+		r.mu.Lock()
+		r.errs = append(r.errs, "workers did not stop within 10s of being told")
+		r.mu.Unlock()
+		for _, p := range procs {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			_ = p.cmd.Process.Kill()
+		}
+		<-done
+	}
+}
+
+func (r *run) cleanup() {
+	r.mu.Lock()
+	procs := slices.Clone(r.procs)
+	r.mu.Unlock()
+	for _, p := range procs {
+		if p != nil {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			_ = p.cmd.Process.Kill()
+		}
+	}
+	r.readers.Wait()
+	for _, p := range r.proxies {
+		_ = p.Close()
+	}
+	if r.env.Redis != nil {
+		r.deleteOwn()
+	}
+	for _, c := range []*redis.Client{r.res, r.lockAdmin} {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+	for _, s := range []*redistest.Server{r.lockSrv, r.resSrv} {
+		if s != nil {
+			s.Kill()
+		}
+	}
+}
+
+// deleteOwn deletes the run's keys from the user's Redis (and resource), and
+// nothing else.
+func (r *run) deleteOwn() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t := r.env.Redis
+	c := redis.NewClient(&redis.Options{Addr: t.Addr, Username: t.Username, Password: t.Password, DB: t.DB})
+	defer c.Close()
+	for _, rdb := range []*redis.Client{c, r.res} {
+		it := rdb.Scan(ctx, 0, r.env.Prefix+"*", 500).Iterator()
+		for it.Next(ctx) {
+			rdb.Unlink(ctx, it.Val())
+		}
+	}
+}
+
+func (r *run) progress(format string, args ...any) {
+	if r.env.Progress != nil {
+		fmt.Fprintf(r.env.Progress, "  %6.1fs  %s\n", float64(Now()-r.h.Start)/1e9, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *run) fault(f Fault) {
+	r.mu.Lock()
+	r.h.Faults = append(r.h.Faults, f)
+	r.mu.Unlock()
+	who := "all"
+	if f.Worker >= 0 {
+		who = "w" + strconv.Itoa(f.Worker)
+	}
+	if f.Kind == FaultRestartAOF || f.Kind == FaultRestartEmpty || f.Kind == FaultEvict || f.Kind == FaultFailover {
+		who = "lock Redis"
+	}
+	r.progress("%-13s %-10s %6.0fms %s", f.Kind, who, float64(f.To-f.From)/1e6, f.Note)
+}
+
+var errNoTarget = errors.New("no worker to fault")

@@ -1,0 +1,91 @@
+package torture
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if IsWorker() {
+		os.Exit(WorkerMain())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// testEnv runs workers as this test binary.
+func testEnv(t *testing.T, seed uint64) Env {
+	return Env{Worker: []string{os.Args[0], "-test.run=^$"}, Dir: t.TempDir(), Seed: seed, Progress: testWriter{t}}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b[:len(b)-1])); return len(b), nil }
+
+func TestShortProfile(t *testing.T) {
+	for _, sc := range ShortProfile() {
+		t.Run(sc.Name, func(t *testing.T) {
+			seed := uint64(time.Now().UnixNano())
+			h, err := Run(context.Background(), testEnv(t, seed), sc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := Check(h)
+			t.Logf("seed %d: %s; faults %v; attempts %v; takeovers %v; cuts %d/%d", seed, v.Summary(), v.Faults, v.Attempts, v.Takeovers, v.CutsEnded, v.Cuts)
+			for _, s := range v.Violations[:min(len(v.Violations), 10)] {
+				t.Error(s)
+			}
+		})
+	}
+}
+
+// plantedCases pairs each broken lock with a scenario that exposes it.
+// Critical sections outlast the TTL only for the lock without renewal, so
+// that every other broken lock is caught by its own bug, named by want.
+var plantedCases = []struct {
+	lock, scenario, want string
+	long                 float64
+}{
+	{LockSetnxExpire, "kill", "never taken again", 0},
+	{LockPlainDel, "pause", "two holders", 0},
+	{LockGetThenDel, "pause", "two holders", 0},
+	{LockNoRenewal, "kill", "two holders", 0.05},
+	{LockNoFence, "pause", "lost update", 0},
+}
+
+// The checker is checked: each planted broken lock must produce violations
+// under the scenario that exposes it.
+func TestPlantedLocksCaught(t *testing.T) {
+	byName := map[string]Scenario{}
+	for _, s := range profile(5 * time.Second) {
+		byName[s.Name] = s
+	}
+	for _, pc := range plantedCases {
+		t.Run(pc.lock+"/"+pc.scenario, func(t *testing.T) {
+			sc := byName[pc.scenario]
+			sc.Lock, sc.Long = pc.lock, pc.long
+			seed := uint64(time.Now().UnixNano())
+			env := testEnv(t, seed)
+			env.Progress = nil
+			h, err := Run(context.Background(), env, sc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := Check(h)
+			t.Logf("seed %d: %s; faults %v", seed, v.Summary(), v.Faults)
+			for _, s := range v.Violations[:min(len(v.Violations), 3)] {
+				t.Logf("caught: %s", s)
+			}
+			for _, s := range v.Violations {
+				if strings.Contains(s, pc.want) {
+					return
+				}
+			}
+			t.Errorf("%s under %q: no violation %q found: the checker cannot tell this broken lock from a correct one", pc.lock, pc.scenario, pc.want)
+		})
+	}
+}
