@@ -9,7 +9,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Every Go module in the repository, nested ones too.
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
 
-.PHONY: demo test deps test-deps fmt-check vet staticcheck gotest bench
+.PHONY: demo test deps test-deps fmt-check vet staticcheck gotest bench torture
 
 demo: deps
 	$(GO) run ./cmd/dlock demo
@@ -51,3 +51,14 @@ gotest:
 
 bench: deps
 	cd bench && $(GO) run .
+
+# The full torture profile (about 12 minutes on 2 cores): every scenario for
+# about a minute, without the race detector, and the README's safety table
+# regenerated from its output (between the torture markers).
+torture: deps
+	TORTURE_FULL=1 TORTURE_TABLE=$(CURDIR)/.torture-table.md $(GO) test -count=1 -timeout 20m -run 'TestFullProfile' -v ./internal/torture
+	@awk -v table=.torture-table.md ' \
+		/<!-- torture:begin -->/ { print; print ""; while ((getline l < table) > 0) print l; print ""; skip = 1; next } \
+		/<!-- torture:end -->/ { skip = 0 } \
+		!skip { print }' README.md > README.md.new && mv README.md.new README.md && rm -f .torture-table.md
+	@echo "README.md: safety table regenerated"

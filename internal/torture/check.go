@@ -228,7 +228,10 @@ func (c *checker) kills() {
 				break
 			}
 		}
-		until := c.h.Stop
+		until := c.h.Stopping
+		if until == 0 {
+			until = c.h.Stop
+		}
 		if next != nil {
 			until = next.Got
 		}
@@ -243,7 +246,7 @@ func (c *checker) kills() {
 				c.violate("lock %q taken only %v after it was free of live holders (limit TTL + %v), after the kill of w%d (%s)", f.Name, d.Round(time.Millisecond), TakeoverMargin, f.Worker, f.Note)
 			}
 		case d > limit:
-			c.violate("lock %q never taken again (%v to the end of the run) after the kill of w%d (%s)", f.Name, d.Round(time.Millisecond), f.Worker, f.Note)
+			c.violate("lock %q never taken again (%v until the workers were told to stop) after the kill of w%d (%s)", f.Name, d.Round(time.Millisecond), f.Worker, f.Note)
 		}
 	}
 }

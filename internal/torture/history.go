@@ -62,7 +62,7 @@ type Hold struct {
 
 	// Died is set by the runner: the worker was killed during the hold,
 	// stamped after the kill was complete.
-	Died int64 `json:"-"`
+	Died int64 `json:"died,omitempty"`
 }
 
 // End is when the holder stopped believing it held the lock: the earliest of
@@ -132,10 +132,12 @@ type Access struct {
 
 // History is everything one run recorded.
 type History struct {
-	Start, Stop int64
-	TTL         time.Duration
-	Holds       []Hold
-	Attempts    []Attempt
-	Faults      []Fault
-	Accesses    []Access
+	// Start: the first worker is started; Stopping: the workers are told to
+	// stop; Stop: the last one has.
+	Start, Stopping, Stop int64
+	TTL                   time.Duration
+	Holds                 []Hold
+	Attempts              []Attempt
+	Faults                []Fault
+	Accesses              []Access
 }

@@ -11,10 +11,10 @@ func scenario(name string, d time.Duration, faults ...string) Scenario {
 
 // ShortProfile is what `make test` runs: every scenario that needs no
 // Sentinel or Cluster, a few seconds each.
-func ShortProfile() []Scenario { return profile(8 * time.Second) }
+func ShortProfile() []Scenario { return profile(6 * time.Second) }
 
-// FullProfile is `make torture`'s: the same scenarios, longer.
-func FullProfile() []Scenario { return profile(60 * time.Second) }
+// FullProfile is `make torture`'s: the same scenarios, for 50 s each.
+func FullProfile() []Scenario { return profile(50 * time.Second) }
 
 func profile(d time.Duration) []Scenario {
 	reset := scenario("reset", d)

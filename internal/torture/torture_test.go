@@ -2,7 +2,9 @@ package torture
 
 import (
 	"context"
+	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +40,9 @@ func TestShortProfile(t *testing.T) {
 			t.Logf("seed %d: %s; faults %v; attempts %v; takeovers %v; cuts %d/%d", seed, v.Summary(), v.Faults, v.Attempts, v.Takeovers, v.CutsEnded, v.Cuts)
 			for _, s := range v.Violations[:min(len(v.Violations), 10)] {
 				t.Error(s)
+			}
+			if len(v.Violations) > 0 {
+				dump(t, h)
 			}
 		})
 	}
@@ -88,4 +93,20 @@ func TestPlantedLocksCaught(t *testing.T) {
 			t.Errorf("%s under %q: no violation %q found: the checker cannot tell this broken lock from a correct one", pc.lock, pc.scenario, pc.want)
 		})
 	}
+}
+
+// dump writes a history that failed to $TORTURE_DUMP, for a closer look.
+func dump(t *testing.T, h History) {
+	dir := os.Getenv("TORTURE_DUMP")
+	if dir == "" {
+		t.Log("set TORTURE_DUMP=<dir> to keep the history of a failed run")
+		return
+	}
+	b, _ := json.MarshalIndent(h, "", " ")
+	p := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".json")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Log(err)
+		return
+	}
+	t.Logf("history written to %s", p)
 }

@@ -1,0 +1,81 @@
+package torture
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The checker on hand-made histories: each case must give exactly the
+// violations it names, so a checker that cannot fail fails here.
+func TestCheckJudgesHandMadeHistories(t *testing.T) {
+	ms := func(n int64) int64 { return n * int64(time.Millisecond) }
+	hold := func(w int, fence, from, to int64) Hold {
+		return Hold{Worker: w, Name: "a", Fence: fence, Got: ms(from), Done: ms(to), Release: "ok", Final: "released"}
+	}
+	with := func(h Hold, f func(*Hold)) Hold { f(&h); return h }
+	pause := func(w int, from, to int64) Fault { return Fault{Kind: FaultPause, Worker: w, From: ms(from), To: ms(to)} }
+	cases := []struct {
+		name     string
+		holds    []Hold
+		faults   []Fault
+		accesses []Access
+		want     []string // a substring of each violation, in order
+		expected int
+	}{
+		{name: "sequential", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 11, 20)}},
+		{name: "overlap", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20)}, want: []string{"two holders: w1"}},
+		{name: "overlap ended by the context", holds: []Hold{with(hold(1, 1, 0, 10), func(h *Hold) { h.Lost = ms(4) }), hold(2, 2, 5, 20)}},
+		{name: "overlap of a holder paused inside", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20)}, faults: []Fault{pause(1, 2, 4)}, expected: 1},
+		{name: "overlap after a pause of the waiter", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20)}, faults: []Fault{pause(2, 1, 4)}, want: []string{"two holders"}},
+		{name: "overlap across a restart without persistence", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20)},
+			faults: []Fault{{Kind: FaultRestartEmpty, Worker: -1, From: ms(2), To: ms(3)}}, expected: 1},
+		{name: "overlap across a restart with persistence", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20)},
+			faults: []Fault{{Kind: FaultRestartAOF, Worker: -1, From: ms(2), To: ms(3)}}, want: []string{"two holders"}},
+		{name: "fence repeated", holds: []Hold{hold(1, 2, 0, 10), hold(2, 2, 11, 20)}, want: []string{"fence did not grow"}},
+		{name: "fence went back", holds: []Hold{hold(1, 3, 0, 10), hold(2, 2, 11, 20)}, want: []string{"fence did not grow"}},
+		{name: "lost update", accesses: []Access{
+			{Name: "a", Worker: 1, Fence: 1, Op: "read", Value: 0, OK: true},
+			{Name: "a", Worker: 2, Fence: 1, Op: "read", Value: 0, OK: true},
+			{Name: "a", Worker: 1, Fence: 1, Op: "write", Read: 0, Value: 0, OK: true},
+			{Name: "a", Worker: 2, Fence: 1, Op: "write", Read: 0, Value: 1, OK: true},
+		}, want: []string{"lost update"}},
+		{name: "stale write refused", accesses: []Access{
+			{Name: "a", Worker: 1, Fence: 1, Op: "read", Value: 0, OK: true},
+			{Name: "a", Worker: 2, Fence: 2, Op: "read", Value: 0, OK: true},
+			{Name: "a", Worker: 2, Fence: 2, Op: "write", Read: 0, Value: 0, OK: true},
+			{Name: "a", Worker: 1, Fence: 1, Op: "write", Read: 0, Value: 1, OK: false},
+		}},
+		{name: "false not held", holds: []Hold{with(hold(1, 1, 0, 10), func(h *Hold) { h.Release = "not_held" })}, want: []string{"Release said not held"}},
+		{name: "not held after the deadline", holds: []Hold{with(hold(1, 1, 0, 10), func(h *Hold) { h.Release, h.Final = "not_held", "expired" })}},
+		{name: "false taken over", holds: []Hold{with(hold(1, 1, 0, 10), func(h *Hold) { h.Lost, h.Cause = ms(5), "taken_over" })}, want: []string{"nobody took it"}},
+		{name: "taken over after a restart", holds: []Hold{with(hold(1, 1, 0, 10), func(h *Hold) { h.Lost, h.Cause = ms(5), "taken_over" }), hold(2, 2, 4, 20)},
+			faults: []Fault{{Kind: FaultRestartEmpty, Worker: -1, From: ms(2), To: ms(3)}}, expected: 1},
+		{name: "killed holder's lock taken in time", holds: []Hold{with(hold(1, 1, 0, 0), func(h *Hold) { h.Done, h.Died = 0, ms(10) }), hold(2, 2, 500, 520)},
+			faults: []Fault{{Kind: FaultKill, Worker: 1, Name: "a", From: ms(9), To: ms(10)}}},
+		{name: "killed holder's lock stranded", holds: []Hold{with(hold(1, 1, 0, 0), func(h *Hold) { h.Done, h.Died = 0, ms(10) }), hold(2, 2, 900, 920)},
+			faults: []Fault{{Kind: FaultKill, Worker: 1, Name: "a", From: ms(9), To: ms(10)}}, want: []string{"taken only"}},
+		{name: "killed waiter's lock never taken", holds: []Hold{hold(2, 2, 0, 20)},
+			faults: []Fault{{Kind: FaultKill, Worker: 1, Name: "a", From: ms(30), To: ms(31)}}, want: []string{"never taken again"}},
+	}
+	for _, c := range cases {
+		h := History{Start: 0, Stopping: ms(2000), Stop: ms(2100), TTL: 400 * time.Millisecond, Holds: c.holds, Faults: c.faults, Accesses: c.accesses}
+		v := Check(h)
+		if len(v.Violations) != len(c.want) {
+			t.Errorf("%s: %d violations %q, want %d", c.name, len(v.Violations), v.Violations, len(c.want))
+			continue
+		}
+		for i, w := range c.want {
+			if !strings.Contains(v.Violations[i], w) {
+				t.Errorf("%s: violation %q, want one with %q", c.name, v.Violations[i], w)
+			}
+		}
+		n := 0
+		for _, k := range v.Expected {
+			n += k
+		}
+		if n != c.expected {
+			t.Errorf("%s: %d expected overlaps %v, want %d", c.name, n, v.Expected, c.expected)
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package torture
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestFullProfile is `make torture`: every scenario for about a minute, and
+// the table for the README written to $TORTURE_TABLE. It runs only when
+// TORTURE_FULL=1: it takes about 12 minutes.
+func TestFullProfile(t *testing.T) {
+	if os.Getenv("TORTURE_FULL") != "1" {
+		t.Skip("the full profile runs with TORTURE_FULL=1 (make torture); make test runs the short one")
+	}
+	seed := uint64(time.Now().UnixNano())
+	var results []Result
+	for _, sc := range FullProfile() {
+		t.Run(sc.Name, func(t *testing.T) {
+			start := time.Now()
+			env := testEnv(t, seed)
+			env.Progress = os.Stderr
+			fmt.Fprintf(os.Stderr, "torture: %s, %v\n", sc.Name, sc.Duration)
+			h, err := Run(context.Background(), env, sc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := Check(h)
+			results = append(results, Result{Scenario: sc, Seed: seed, Verdict: v, Elapsed: time.Since(start)})
+			t.Logf("%s", v.Summary())
+			for _, s := range v.Violations[:min(len(v.Violations), 10)] {
+				t.Error(s)
+			}
+			if len(v.Violations) > 0 {
+				dump(t, h)
+			}
+		})
+	}
+	var b bytes.Buffer
+	WriteTable(&b, results)
+	fmt.Print(b.String())
+	if p := os.Getenv("TORTURE_TABLE"); p != "" {
+		if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
