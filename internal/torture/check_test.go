@@ -14,7 +14,9 @@ func TestCheckJudgesHandMadeHistories(t *testing.T) {
 		return Hold{Worker: w, Name: "a", Fence: fence, Got: ms(from), Done: ms(to), Release: "ok", Final: "released"}
 	}
 	with := func(h Hold, f func(*Hold)) Hold { f(&h); return h }
-	pause := func(w int, from, to int64) Fault { return Fault{Kind: FaultPause, Worker: w, From: ms(from), To: ms(to)} }
+	pause := func(w int, from, to int64) Fault {
+		return Fault{Kind: FaultPause, Worker: w, From: ms(from), To: ms(to)}
+	}
 	cases := []struct {
 		name     string
 		holds    []Hold
