@@ -73,11 +73,10 @@ func (d dlockLocker) Close(ctx context.Context) error { return d.c.Close(ctx) }
 // naive is the broken locks: one string key per name, polled every 10 ms
 // while busy, and a context that never ends (they cannot tell a loss).
 type naive struct {
-	rdb        redis.UniversalClient
-	prefix     string
-	kind       string
-	ttl, wait  time.Duration
-	fenceOwner string
+	rdb       redis.UniversalClient
+	prefix    string
+	kind      string
+	ttl, wait time.Duration
 }
 
 var (

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // nemesis injects the scenario's faults one at a time, with a random gap
@@ -286,5 +284,3 @@ func (r *run) evict(ctx context.Context) error {
 	r.fault(Fault{Kind: FaultEvict, Worker: -1, From: from, To: to, Note: fmt.Sprintf("maxmemory %d KiB, volatile-lru, %d keys evicted so far", limit>>10, evicted)})
 	return nil
 }
-
-var _ = redis.Nil
