@@ -120,9 +120,11 @@ func (c *checker) excuse(w int, holdFrom, holdTo, from, to int64) string {
 		switch {
 		case !ok:
 		case f.Kind == FaultPause:
-			// The holder itself was stopped during its hold: its timer
-			// could not fire, its critical section ran on.
-			if f.Worker == w && f.From < holdTo && f.To > holdFrom {
+			// The holder itself was stopped during its hold, before the
+			// other got the lock: its timer could not fire, its critical
+			// section ran on. A pause that began after the other got the
+			// lock explains nothing.
+			if f.Worker == w && f.From < holdTo && f.To > holdFrom && f.From < to {
 				return why
 			}
 		case f.From <= to && f.To >= from:
@@ -155,13 +157,22 @@ func (c *checker) overlaps(holds []Hold) {
 	}
 }
 
+// fences checks each hold's fence against the largest fence of every hold
+// that got its lock before this one's Acquire was called: those grants came
+// first, overlapping or not, so a fence that went back is found however many
+// holds lie between.
 func (c *checker) fences(holds []Hold) {
-	for i := 1; i < len(holds); i++ {
-		a, b := holds[i-1], holds[i]
-		if b.Fence > a.Fence || b.Got < c.end(a) { // an overlap is reported as one
-			continue
+	var top *Hold
+	i := 0
+	for _, b := range holds { // sorted by Got
+		for ; i < len(holds) && holds[i].Got < b.Asked; i++ {
+			if top == nil || holds[i].Fence > top.Fence {
+				top = &holds[i]
+			}
 		}
-		c.violate("fence did not grow: %s after %s", c.who(b), c.who(a))
+		if top != nil && b.Fence <= top.Fence {
+			c.violate("fence did not grow: %s after %s", c.who(b), c.who(*top))
+		}
 	}
 }
 
@@ -251,10 +262,16 @@ func (c *checker) kills() {
 	}
 }
 
-// disturbed tells whether a fault other than f overlaps [from, to].
+// disturbed tells whether another fault that can delay f's waiters overlaps
+// [from, to]: a cut, a restart, a pause of a worker on the same name (a
+// paused waiter may be handed the lock). Other kills do not: a waiter killed
+// after its grant shows as a later hold, judged on its own.
 func (c *checker) disturbed(f Fault, from, to int64) bool {
 	for _, g := range c.h.Faults {
-		if g != f && g.Kind != FaultReset && g.From <= to && g.To >= from {
+		switch {
+		case g == f || g.Kind == FaultReset || g.Kind == FaultKill:
+		case g.Kind == FaultPause && g.Name != f.Name:
+		case g.From <= to && g.To >= from:
 			return true
 		}
 	}

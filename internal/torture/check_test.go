@@ -11,7 +11,7 @@ import (
 func TestCheckJudgesHandMadeHistories(t *testing.T) {
 	ms := func(n int64) int64 { return n * int64(time.Millisecond) }
 	hold := func(w int, fence, from, to int64) Hold {
-		return Hold{Worker: w, Name: "a", Fence: fence, Got: ms(from), Done: ms(to), Release: "ok", Final: "released"}
+		return Hold{Worker: w, Name: "a", Fence: fence, Asked: ms(from), Got: ms(from), Done: ms(to), Release: "ok", Final: "released"}
 	}
 	with := func(h Hold, f func(*Hold)) Hold { f(&h); return h }
 	pause := func(w int, from, to int64) Fault {
@@ -29,6 +29,7 @@ func TestCheckJudgesHandMadeHistories(t *testing.T) {
 		{name: "overlap", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20)}, want: []string{"two holders: w1"}},
 		{name: "overlap ended by the context", holds: []Hold{with(hold(1, 1, 0, 10), func(h *Hold) { h.Lost = ms(4) }), hold(2, 2, 5, 20)}},
 		{name: "overlap of a holder paused inside", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20)}, faults: []Fault{pause(1, 2, 4)}, expected: 1},
+		{name: "overlap before a pause of the holder", holds: []Hold{hold(1, 1, 0, 1200), hold(2, 2, 10, 20)}, faults: []Fault{pause(1, 500, 1100)}, want: []string{"two holders"}},
 		{name: "overlap after a pause of the waiter", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20)}, faults: []Fault{pause(2, 1, 4)}, want: []string{"two holders"}},
 		{name: "overlap across a restart without persistence", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20)},
 			faults: []Fault{{Kind: FaultRestartEmpty, Worker: -1, From: ms(2), To: ms(3)}}, expected: 1},
@@ -36,6 +37,9 @@ func TestCheckJudgesHandMadeHistories(t *testing.T) {
 			faults: []Fault{{Kind: FaultRestartAOF, Worker: -1, From: ms(2), To: ms(3)}}, want: []string{"two holders"}},
 		{name: "fence repeated", holds: []Hold{hold(1, 2, 0, 10), hold(2, 2, 11, 20)}, want: []string{"fence did not grow"}},
 		{name: "fence went back", holds: []Hold{hold(1, 3, 0, 10), hold(2, 2, 11, 20)}, want: []string{"fence did not grow"}},
+		{name: "fence went back two holds later", holds: []Hold{hold(1, 5, 0, 10), hold(2, 3, 5, 20), hold(3, 4, 21, 30)},
+			faults: []Fault{{Kind: FaultRestartEmpty, Worker: -1, From: ms(2), To: ms(3)}}, expected: 1,
+			want: []string{"fence did not grow: w2", "fence did not grow: w3"}},
 		{name: "lost update", accesses: []Access{
 			{Name: "a", Worker: 1, Fence: 1, Op: "read", Value: 0, OK: true},
 			{Name: "a", Worker: 2, Fence: 1, Op: "read", Value: 0, OK: true},
@@ -57,6 +61,11 @@ func TestCheckJudgesHandMadeHistories(t *testing.T) {
 			faults: []Fault{{Kind: FaultKill, Worker: 1, Name: "a", From: ms(9), To: ms(10)}}},
 		{name: "killed holder's lock stranded", holds: []Hold{with(hold(1, 1, 0, 0), func(h *Hold) { h.Done, h.Died = 0, ms(10) }), hold(2, 2, 900, 920)},
 			faults: []Fault{{Kind: FaultKill, Worker: 1, Name: "a", From: ms(9), To: ms(10)}}, want: []string{"taken only"}},
+		{name: "stranded lock judged despite a later kill", holds: []Hold{with(hold(1, 1, 0, 0), func(h *Hold) { h.Done, h.Died = 0, ms(10) }), with(hold(3, 1, 0, 5), func(h *Hold) { h.Name = "b" }), with(hold(5, 2, 750, 760), func(h *Hold) { h.Name = "b" })},
+			faults: []Fault{{Kind: FaultKill, Worker: 1, Name: "a", From: ms(9), To: ms(10)}, {Kind: FaultKill, Worker: 4, Name: "b", From: ms(700), To: ms(701)}},
+			want:   []string{"never taken again"}},
+		{name: "context end on record before the kill", holds: []Hold{with(hold(1, 1, 100, 0), func(h *Hold) { h.Done, h.Lost, h.Cause, h.Died = 0, ms(550), "expired", ms(700) }), hold(2, 2, 600, 620), hold(3, 3, 800, 810)},
+			faults: []Fault{{Kind: FaultKill, Worker: 1, Name: "a", From: ms(699), To: ms(700)}}},
 		{name: "killed waiter's lock never taken", holds: []Hold{hold(2, 2, 0, 20)},
 			faults: []Fault{{Kind: FaultKill, Worker: 1, Name: "a", From: ms(30), To: ms(31)}}, want: []string{"never taken again"}},
 	}

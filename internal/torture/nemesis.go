@@ -18,9 +18,12 @@ func (r *run) nemesis(ctx context.Context) {
 		sleepCtx(ctx, r.sc.Duration)
 		return
 	}
-	for ctx.Err() == nil && time.Until(deadline) > 2*r.sc.TTL {
+	// The kinds in a shuffled round, again and again: every kind comes up
+	// in a short run too.
+	order := r.rng.Perm(len(r.sc.Faults))
+	for n := 0; ctx.Err() == nil && time.Until(deadline) > 2*r.sc.TTL; n++ {
 		sleepCtx(ctx, r.sc.TTL/2+time.Duration(r.rng.Int64N(int64(r.sc.TTL))))
-		kind := r.sc.Faults[r.rng.IntN(len(r.sc.Faults))]
+		kind := r.sc.Faults[order[n%len(order)]]
 		var err error
 		switch kind {
 		case FaultKill:
@@ -261,6 +264,9 @@ func (r *run) evict(ctx context.Context) error {
 		_, _ = pipe.Exec(ctx)
 		time.Sleep(2 * time.Millisecond)
 	}
+	_ = c.ConfigSet(ctx, "maxmemory", "0").Err()
+	// After the limit is lifted: a lock write in the same round trip could
+	// still evict.
 	to := Now()
 	if info, err := c.Info(ctx, "stats").Result(); err == nil {
 		for _, l := range strings.Split(info, "\r\n") {
@@ -269,7 +275,6 @@ func (r *run) evict(ctx context.Context) error {
 			}
 		}
 	}
-	_ = c.ConfigSet(ctx, "maxmemory", "0").Err()
 	// The junk goes, so that the next fill evicts again.
 	it := c.Scan(ctx, 0, r.env.Prefix+"junk:*", 1000).Iterator()
 	var junk []string

@@ -250,6 +250,10 @@ func (r *run) read(p *proc, out io.Reader) {
 			p.waiting, p.holding = "", l.Hold.Name
 			r.open[p.id] = len(r.h.Holds)
 			r.h.Holds = append(r.h.Holds, *l.Hold)
+		case "lost":
+			if i, ok := r.open[p.id]; ok && r.h.Holds[i].Seq == l.Hold.Seq && r.h.Holds[i].Done == 0 {
+				r.h.Holds[i].Lost, r.h.Holds[i].Cause = l.Hold.Lost, l.Hold.Cause
+			}
 		case "done":
 			// Still "holding" for the nemesis until Release returns: a
 			// fault inside Release is a fault of the holder.

@@ -53,7 +53,7 @@ type workerConfig struct {
 
 // line is one line of a worker's output.
 type line struct {
-	Kind    string   `json:"k"` // wait, acq, done, end, try, fault
+	Kind    string   `json:"k"` // wait, acq, lost, done, end, try, fault
 	Name    string   `json:"n,omitempty"`
 	Hold    *Hold    `json:"h,omitempty"`
 	Attempt *Attempt `json:"a,omitempty"`
@@ -172,6 +172,11 @@ func (w *worker) hold(h *Hold, l held, res *Resource) {
 		mu.Lock()
 		lost, cause = Now(), context.Cause(l.Context())
 		mu.Unlock()
+		// On record at once: a worker killed later in its critical
+		// section had stopped believing in its lock here.
+		if c := causeOf(cause); c != "released" {
+			w.emit(line{Kind: "lost", Hold: &Hold{Worker: h.Worker, Seq: h.Seq, Lost: lost, Cause: c}})
+		}
 	})
 	defer stop()
 	fence := h.Fence
