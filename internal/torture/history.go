@@ -55,6 +55,8 @@ type Hold struct {
 	// "released" means the holder still believed its lease valid then.
 	// Naive locks have no such context: "".
 	Final string `json:"x,omitempty"`
+	// Released: Release returned.
+	Released int64 `json:"rr,omitempty"`
 	// Read and Write: what the protected resource answered to the fenced
 	// read and write: ok, stale (a larger fence was seen), err.
 	Read  string `json:"rd,omitempty"`
@@ -82,6 +84,8 @@ func (h Hold) End(open int64) int64 {
 type Attempt struct {
 	Worker  int    `json:"w"`
 	Name    string `json:"n"`
+	Asked   int64  `json:"a"` // Acquire called
+	End     int64  `json:"t"` // Acquire returned
 	Outcome string `json:"o"` // busy (not obtained), failed (an error), unknown (a timeout)
 	Err     string `json:"e,omitempty"`
 }

@@ -145,7 +145,7 @@ func runWorker(ctx context.Context, cfg workerConfig, out *bufio.Writer) error {
 			if ctx.Err() != nil {
 				break
 			}
-			a := Attempt{Worker: cfg.ID, Name: name, Outcome: outcome(err)}
+			a := Attempt{Worker: cfg.ID, Name: name, Asked: h.Asked, End: Now(), Outcome: outcome(err)}
 			if a.Outcome != "busy" {
 				a.Err = err.Error()
 				time.Sleep(10 * time.Millisecond) // Redis is down or cut: do not spin
@@ -207,6 +207,7 @@ func (w *worker) hold(h *Hold, l held, res *Resource) {
 	rctx2, cancel2 := context.WithTimeout(context.Background(), w.cfg.TTL+2*w.cfg.ReadTimeout)
 	defer cancel2()
 	err := l.Release(rctx2)
+	h.Released = Now()
 	switch {
 	case err == nil:
 		h.Release = "ok"
