@@ -228,7 +228,12 @@ func (c *checker) kills() {
 				break
 			}
 		}
+		// Waiters give up once told to stop: a kill just before (Ctrl-C
+		// of dlock torture) is no stranded lock.
 		until := c.h.Stop
+		if c.h.Stopping != 0 {
+			until = c.h.Stopping
+		}
 		if next != nil {
 			until = next.Got
 		}

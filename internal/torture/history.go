@@ -133,9 +133,12 @@ type Access struct {
 // History is everything one run recorded.
 type History struct {
 	Start, Stop int64
-	TTL         time.Duration
-	Holds       []Hold
-	Attempts    []Attempt
-	Faults      []Fault
-	Accesses    []Access
+	// Stopping is when the workers were told to stop (Stop comes after
+	// they did): from then on a free lock is not taken again.
+	Stopping int64
+	TTL      time.Duration
+	Holds    []Hold
+	Attempts []Attempt
+	Faults   []Fault
+	Accesses []Access
 }

@@ -88,6 +88,7 @@ func Run(ctx context.Context, env Env, sc Scenario) (History, error) {
 		}
 	}
 	r.nemesis(ctx)
+	r.h.Stopping = Now()
 	r.stop()
 	r.h.Stop = Now()
 	acc, err := NewResource(r.res, r.env.Prefix+"res:").Accesses(context.Background())
