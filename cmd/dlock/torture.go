@@ -125,22 +125,21 @@ func (a *app) torture(ctx context.Context, cmd *cobra.Command, o tortureOptions)
 	}
 	env := torture.Env{Worker: []string{self}, Prefix: prefix, Seed: seed, Progress: a.stderr, ResAddr: o.resource}
 
-	var scenarios []torture.Scenario
-	var lockDesc string
+	scenarios := torture.ClientScenarios(0)
 	if o.local {
 		scenarios = torture.FullProfile()
-		lockDesc = "a throwaway redis-server, restarted and starved by the server-side scenarios"
-	} else {
+	}
+	if scenarios, err = pickScenarios(scenarios, o.scenarios); err != nil {
+		return err
+	}
+	lockDesc := "a throwaway redis-server, restarted and starved by the server-side scenarios"
+	if !o.local {
 		t, err := a.tortureTarget(ctx, cmd, prefix, o.yes)
 		if err != nil {
 			return err
 		}
 		env.Redis = t
-		scenarios = torture.ClientScenarios(0)
 		lockDesc = fmt.Sprintf("%s db %d, keys under %q (deleted at the end)", t.Addr, t.DB, prefix)
-	}
-	if scenarios, err = pickScenarios(scenarios, o.scenarios); err != nil {
-		return err
 	}
 	per := (o.duration / time.Duration(len(scenarios))).Round(100 * time.Millisecond)
 	if per < minScenario {
@@ -227,7 +226,7 @@ func (a *app) torture(ctx context.Context, cmd *cobra.Command, o tortureOptions)
 		}
 		return &exitError{code: exitViolations, err: fmt.Errorf("torture: %d violation(s)", n)}
 	}
-	if ctx.Err() != nil && cmd.Context().Err() == nil {
+	if ctx.Err() != nil {
 		return &exitError{code: exitSignal + int(syscall.SIGINT), err: errors.New("torture interrupted: its workers were stopped and its keys deleted")}
 	}
 	if len(problems) > 0 {
