@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -210,4 +211,21 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// With no Redis named and none at the default address, torture says so, and
+// points at --local, rather than start one unasked.
+func TestTortureNoRedisAtDefault(t *testing.T) {
+	if c, err := net.Dial("tcp", defaultAddr); err == nil {
+		_ = c.Close()
+		t.Skipf("a Redis answers at %s: this test would run torture on it", defaultAddr)
+	}
+	var out, errb bytes.Buffer
+	d := deps{stdout: &out, stderr: &errb, getenv: func(string) string { return "" },
+		environ: os.Environ, self: func() (string, error) { return os.Args[0], nil }}
+	code := execute(context.Background(), []string{"torture"}, d)
+	if code != exitRedis || !strings.Contains(errb.String(), "no Redis answers at "+defaultAddr) ||
+		!strings.Contains(errb.String(), "--local") {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
 }
