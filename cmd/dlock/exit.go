@@ -12,15 +12,16 @@ import (
 // it, so they are documented in `dlock help` and in README.md, and only
 // exitCode turns an error into one.
 const (
-	exitOK       = 0
-	exitConflict = 1 // the lock is busy (run; -E changes it), or a force-unlock was declined
-	exitUsage    = 2 // bad flags or arguments; unlock without --force
-	exitRedis    = 3 // Redis unreachable or answered with an error
-	exitLost     = 4 // the lock was lost while the command ran; the command was stopped
-	exitNotFound = 5 // inspect/unlock: no such lock, or it changed hands
-	exitNoExec   = 126
-	exitNoCmd    = 127
-	exitSignal   = 128 // plus the signal's number
+	exitOK         = 0
+	exitConflict   = 1 // the lock is busy (run; -E changes it), or a force-unlock was declined
+	exitUsage      = 2 // bad flags or arguments; unlock without --force
+	exitRedis      = 3 // Redis unreachable or answered with an error
+	exitLost       = 4 // the lock was lost while the command ran; the command was stopped
+	exitNotFound   = 5 // inspect/unlock: no such lock, or it changed hands
+	exitViolations = 6 // torture: the history broke the lock's contract
+	exitNoExec     = 126
+	exitNoCmd      = 127
+	exitSignal     = 128 // plus the signal's number
 )
 
 // exitCodesHelp is the table shown by `dlock help`; README.md repeats it.
@@ -32,6 +33,7 @@ const exitCodesHelp = `Exit codes:
   3        Redis unreachable or Redis error
   4        run: the lock was lost while the command ran; the command was stopped
   5        inspect/unlock: the lock is not held, or changed hands meanwhile
+  6        torture: the run found violations of the lock's contract
   126/127  run: the command could not be executed / was not found
   128+N    run: the command died of signal N, or dlock got signal N
            before the command started`

@@ -58,6 +58,15 @@ func TestExecuteInProcess(t *testing.T) {
 		{[]string{"--timeout", "0s", "list"}, exitUsage, "--timeout"},
 		{[]string{"--url", "http://x", "list"}, exitUsage, "invalid Redis URL"},
 		{[]string{"demo", "--pause", "100ms"}, exitUsage, "longer than --ttl"},
+		{[]string{"torture", "--workers", "1"}, exitUsage, "--workers 1"},
+		{[]string{"torture", "--local", "--addr", "127.0.0.1:1"}, exitUsage, "excludes --url and --addr"},
+		{[]string{"torture", "--scenario", "evict"}, exitUsage, "want one of kill, pause"},
+		{[]string{"torture", "--cluster"}, exitUsage, "make torture"},
+		{[]string{"torture", "--addr", "a:1", "--addr", "b:1"}, exitUsage, "make torture"},
+		{[]string{"torture", "--master-name", "m"}, exitUsage, "make torture"},
+		{[]string{"torture", "--tls"}, exitUsage, "TLS"},
+		{[]string{"--url", "unix:///tmp/x.sock", "torture"}, exitUsage, "unix socket"},
+		{[]string{"torture", "--addr", "127.0.0.1:1"}, exitRedis, "Redis at 127.0.0.1:1"},
 		{[]string{"help"}, exitOK, ""},
 	}
 	for _, tt := range tests {

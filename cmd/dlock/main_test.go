@@ -16,12 +16,18 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/torture"
 )
 
 // bin is the dlock binary the tests run as a user would, built once.
 var bin string
 
 func TestMain(m *testing.M) {
+	// Tests that run torture in this process start its workers as this
+	// test binary again, as main does for dlock's.
+	if torture.IsWorker() {
+		os.Exit(torture.WorkerMain())
+	}
 	dir, err := os.MkdirTemp("", "dlock-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

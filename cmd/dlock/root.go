@@ -61,6 +61,7 @@ the Go library github.com/dlock-go/dlock takes, from the shell.
   dlock unlock --force nightly-report          break a stuck lock (dangerous)
   dlock serve --listen 127.0.0.1:7480          admin page, JSON API, /metrics
   dlock demo                                   naive lock vs dlock, for real
+  dlock torture -u redis://host:6379/15        dlock under faults, on your Redis
 
 Connection (like redis-cli):
   -u/--url redis://[user[:pass]@]host:port[/db] or rediss:// for TLS;
@@ -116,6 +117,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newServeCmd(a),
 		newDemoCmd(a),
 		newDemoWorkerCmd(a),
+		newTortureCmd(a),
 	)
 	return root
 }

@@ -322,7 +322,7 @@ func (r *run) cleanup() {
 	for _, p := range r.proxies {
 		_ = p.Close()
 	}
-	if r.env.Redis != nil {
+	if r.env.Redis != nil || r.env.ResAddr != "" {
 		r.deleteOwn()
 	}
 	for _, c := range []*redis.Client{r.res, r.lockAdmin} {
@@ -337,15 +337,22 @@ func (r *run) cleanup() {
 	}
 }
 
-// deleteOwn deletes the run's keys from the user's Redis (and resource), and
-// nothing else.
+// deleteOwn deletes the run's keys from the Redis servers the user named
+// (the lock's, the resource's), and nothing else. Either may be missing: a
+// run that failed to start, a lock Redis the run started itself.
 func (r *run) deleteOwn() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	t := r.env.Redis
-	c := redis.NewClient(&redis.Options{Addr: t.Addr, Username: t.Username, Password: t.Password, DB: t.DB})
-	defer c.Close()
-	for _, rdb := range []*redis.Client{c, r.res} {
+	var rdbs []*redis.Client
+	if t := r.env.Redis; t != nil {
+		c := redis.NewClient(&redis.Options{Addr: t.Addr, Username: t.Username, Password: t.Password, DB: t.DB})
+		defer c.Close()
+		rdbs = append(rdbs, c)
+	}
+	if r.env.ResAddr != "" && r.res != nil {
+		rdbs = append(rdbs, r.res)
+	}
+	for _, rdb := range rdbs {
 		it := rdb.Scan(ctx, 0, r.env.Prefix+"*", 500).Iterator()
 		for it.Next(ctx) {
 			rdb.Unlink(ctx, it.Val())
