@@ -191,8 +191,10 @@ func (c *checker) falseLoss(holds []Hold) {
 		// The lease deadline still ends the context while Release runs, so
 		// "released" means the client believed in its lease until Redis
 		// answered "not yours".
+		// Release runs after Done: a fault up to its return explains it.
+		relEnd := max(x.Released, x.Done)
 		if x.Release == "not_held" && (x.Final == "released" || x.Final == "") &&
-			c.excuse(x.Worker, x.Got, x.Done, x.Got, x.Done) == "" {
+			c.excuse(x.Worker, x.Got, relEnd, x.Got, relEnd) == "" {
 			c.violate("Release said not held, yet the lease was believed valid until it answered: %s%s", c.who(x), c.near(x.Got))
 		}
 		if x.Cause == "taken_over" && x.Lost != 0 && !takenBetween(x, x.Got, x.Lost) &&

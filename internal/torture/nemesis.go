@@ -91,16 +91,16 @@ func (r *run) pick(holder bool, name string) *proc {
 	return any[r.rng.IntN(len(any))]
 }
 
-// kill kills a worker with SIGKILL and starts another in its slot. Half the
-// time it is whoever holds a lock now; otherwise the next worker to get one,
-// within 10 ms of getting it (a lock just granted, renewal not yet started),
-// or a waiter.
+// kill kills a worker with SIGKILL and starts another in its slot: a quarter
+// of the time whoever holds a lock now, half the time the next worker to get
+// one, within 10 ms of getting it (a lock just granted, renewal not yet
+// started), otherwise a waiter.
 func (r *run) kill(ctx context.Context) error {
 	var p *proc
 	switch r.rng.IntN(4) {
-	case 0, 1:
+	case 0:
 		p = r.pick(true, "")
-	case 2:
+	case 1, 2:
 		// Drain a stale grant, then wait for a fresh one.
 		select {
 		case <-r.grants:
