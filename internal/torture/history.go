@@ -101,6 +101,15 @@ const (
 	FaultRestartEmpty = "restart-empty" // the lock's Redis killed and restarted empty
 	FaultEvict        = "evict"         // memory filled under volatile-lru: lock keys evicted
 	FaultFailover     = "failover"      // a replica promoted (Sentinel or Cluster)
+
+	// Client-side faults of RunInProcess, injected by go-redis hooks on one
+	// client's lock commands (the dlock scripts, single or pipelined) and by
+	// its dialer on its pub/sub connections. None excuses an overlap.
+	FaultDelay     = "delay"        // a lock command held back before it was sent
+	FaultDuplicate = "duplicate"    // a lock command run again after it ran; the caller saw the second reply
+	FaultDrop      = "drop"         // a lock command, or its reply, lost: the caller saw a network error
+	FaultReorder   = "reorder"      // a lock command held back until a later one overtook it
+	FaultPubSub    = "pubsub-delay" // a read of a pub/sub connection (hand-off messages) delayed
 )
 
 // expected names, for each kind of fault that the contract admits overlaps

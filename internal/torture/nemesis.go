@@ -51,15 +51,6 @@ func (r *run) nemesis(ctx context.Context) {
 	sleepCtx(ctx, time.Until(deadline))
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
 // pick returns a live worker holding a lock (holder true) or waiting for one,
 // preferring one whose name is name; nil if none.
 func (r *run) pick(holder bool, name string) *proc {

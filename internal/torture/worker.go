@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -145,7 +143,7 @@ func runWorker(ctx context.Context, cfg workerConfig, out *bufio.Writer) error {
 			if ctx.Err() != nil {
 				break
 			}
-			a := Attempt{Worker: cfg.ID, Name: name, Asked: h.Asked, End: Now(), Outcome: outcome(err)}
+			a := Attempt{Worker: cfg.ID, Name: name, Asked: h.Asked, End: Now(), Outcome: attemptOutcome(err)}
 			if a.Outcome != "busy" {
 				a.Err = err.Error()
 				time.Sleep(10 * time.Millisecond) // Redis is down or cut: do not spin
@@ -208,28 +206,8 @@ func (w *worker) hold(h *Hold, l held, res *Resource) {
 	defer cancel2()
 	err := l.Release(rctx2)
 	h.Released = Now()
-	switch {
-	case err == nil:
-		h.Release = "ok"
-	case errors.Is(err, dlock.ErrNotHeld):
-		h.Release = "not_held"
-	default:
-		h.Release = outcome(err)
-	}
+	h.Release = releaseOutcome(err)
 	h.Final = causeOf(context.Cause(l.Context()))
-}
-
-// outcome classes an error: busy (not obtained), unknown (a timeout: the
-// command may have run), failed.
-func outcome(err error) string {
-	var ne net.Error
-	switch {
-	case errors.Is(err, dlock.ErrNotObtained) || errors.Is(err, errBusy):
-		return "busy"
-	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-		return "unknown"
-	}
-	return "failed"
 }
 
 // dial connects to Redis through a connection that resets itself, now and
