@@ -13,8 +13,24 @@ func scenario(name string, d time.Duration, faults ...string) Scenario {
 // Sentinel or Cluster, a few seconds each.
 func ShortProfile() []Scenario { return profile(8 * time.Second) }
 
-// FullProfile is `make torture`'s: the same scenarios, longer.
-func FullProfile() []Scenario { return profile(60 * time.Second) }
+// FullProfile is `make torture`'s: the same scenarios, longer, and the
+// failover scenarios, which need a topology in Env (tests only).
+func FullProfile() []Scenario {
+	return append(profile(60*time.Second), FailoverScenarios(60*time.Second)...)
+}
+
+// FailoverScenarios fail over a Sentinel or Cluster topology again and again
+// (a failover takes 3–5 s with the calm after it: a dozen in 60 s, three or
+// four in 18 s): with plain dlock, and on the cluster with WithReplicas(1).
+func FailoverScenarios(d time.Duration) []Scenario {
+	sentinel := scenario("sentinel-failover", d, FaultFailover)
+	sentinel.Topology = "sentinel"
+	cluster := scenario("cluster-failover", d, FaultFailover)
+	cluster.Topology = "cluster"
+	replicas := cluster
+	replicas.Name, replicas.Replicas = "cluster-failover-replicas", 1
+	return []Scenario{sentinel, cluster, replicas}
+}
 
 func profile(d time.Duration) []Scenario {
 	reset := scenario("reset", d)
