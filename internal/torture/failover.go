@@ -111,7 +111,7 @@ func (r *run) failover(ctx context.Context) error {
 	r.fault(f)
 	// Calm after each failover, so that the run also has stretches in which
 	// no window excuses anything.
-	sleepCtx(ctx, 2*r.sc.TTL+time.Duration(r.rng.Int64N(int64(r.sc.TTL))))
+	sleepCtx(ctx, time.Second+time.Duration(r.rng.Int64N(int64(time.Second))))
 	return nil
 }
 
@@ -212,14 +212,16 @@ func (r *run) failoverCluster(ctx context.Context) (Fault, error) {
 // on loopback loses nothing: replication is faster than the kill. As
 // TESTING-NOTES.md says, SIGSTOP alone does not do it (the stream waits in
 // the replica's socket buffer): the primary also drops its replicas' links
-// (CLIENT KILL TYPE replica), so later writes are never sent. The stop is
-// shorter than down-after-milliseconds and cluster-node-timeout (1 s), so
+// (CLIENT KILL TYPE replica), so later writes are never sent. The stop, 50
+// to 350 ms, is short enough that a lock acquired in it can still be
+// believed in when the new primary serves (a cluster promotes in about
+// 150 ms), and shorter than down-after-milliseconds and cluster-node-timeout (1 s), so
 // the replicas stay eligible. It returns a note for the fault.
 func (r *run) lag(ctx context.Context, addr string, replicas []*redistest.Server) (string, error) {
 	if len(replicas) == 0 || r.rng.IntN(2) == 0 {
 		return "", nil
 	}
-	d := r.sc.TTL/2 + time.Duration(r.rng.Int64N(int64(r.sc.TTL/2)))
+	d := 50*time.Millisecond + time.Duration(r.rng.Int64N(int64(300*time.Millisecond)))
 	for _, n := range replicas {
 		n.Pause()
 	}
