@@ -7,11 +7,14 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-// TestFullProfile is `make torture`: every scenario for about a minute, and
-// the table for the README written to $TORTURE_TABLE. It runs only when
-// TORTURE_FULL=1: it takes about 12 minutes.
+// TestFullProfile is `make torture`: every scenario for 50 s, failovers of
+// Sentinel and Cluster included, and the table for the README written to
+// $TORTURE_TABLE. It runs only when TORTURE_FULL=1: it takes about 12
+// minutes.
 func TestFullProfile(t *testing.T) {
 	if os.Getenv("TORTURE_FULL") != "1" {
 		t.Skip("the full profile runs with TORTURE_FULL=1 (make torture); make test runs the short one")
@@ -23,6 +26,14 @@ func TestFullProfile(t *testing.T) {
 			start := time.Now()
 			env := testEnv(t, seed)
 			env.Progress = os.Stderr
+			// Sentinel with two replicas: one is still in sync, and known
+			// to the sentinels, while the killed primary resyncs.
+			switch sc.Topology {
+			case "sentinel":
+				env.Sentinel = redistest.StartSentinel(t, redistest.WithReplicas(2))
+			case "cluster":
+				env.Cluster = redistest.StartCluster(t)
+			}
 			fmt.Fprintf(os.Stderr, "torture: %s, %v\n", sc.Name, sc.Duration)
 			h, err := Run(context.Background(), env, sc)
 			if err != nil {
@@ -37,6 +48,7 @@ func TestFullProfile(t *testing.T) {
 			if len(v.Violations) > 0 {
 				dump(t, h)
 			}
+			checkInjected(t, sc, v)
 		})
 	}
 	var b bytes.Buffer

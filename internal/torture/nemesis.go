@@ -38,6 +38,8 @@ func (r *run) nemesis(ctx context.Context) {
 			err = r.restart(ctx, kind)
 		case FaultEvict:
 			err = r.evict(ctx)
+		case FaultFailover:
+			err = r.failover(ctx)
 		default:
 			err = fmt.Errorf("torture: the nemesis cannot inject %q", kind)
 		}

@@ -69,6 +69,11 @@ type Env struct {
 	Seed   uint64
 	// Progress, if set, gets a line per fault.
 	Progress io.Writer
+	// Sentinel and Cluster are the topology a scenario with Topology
+	// "sentinel" or "cluster" runs on, started by the caller (a test: see
+	// failover.go) and not stopped by Run; the nemesis fails it over.
+	Sentinel *redistest.SentinelSetup
+	Cluster  *redistest.ClusterSetup
 }
 
 // Run runs sc and returns what happened, ready for Check.
@@ -138,7 +143,11 @@ type proc struct {
 }
 
 func (r *run) start(ctx context.Context) error {
-	if r.env.Redis == nil {
+	if r.sc.Topology != "" {
+		if err := r.checkTopology(); err != nil {
+			return err
+		}
+	} else if r.env.Redis == nil {
 		var args []string
 		if r.sc.Persist {
 			args = []string{"--appendonly", "yes", "--appendfsync", "always"}
@@ -171,6 +180,9 @@ func (r *run) start(ctx context.Context) error {
 	r.open = map[int]int{}
 	r.procs = make([]*proc, r.sc.Workers)
 	for range r.sc.Workers {
+		if r.sc.Topology != "" {
+			break // workers follow the topology: no proxy
+		}
 		p, err := faultproxy.New(r.lockAddr)
 		if err != nil {
 			return err
@@ -195,9 +207,14 @@ func (r *run) spawn(slot int) error {
 		names[i] = "n" + strconv.Itoa(i)
 	}
 	cfg := workerConfig{
-		ID: id, Lock: r.sc.Lock, Addrs: []string{r.proxies[slot].Addr()}, ResAddr: r.res.Options().Addr,
+		ID: id, Lock: r.sc.Lock, ResAddr: r.res.Options().Addr,
 		Prefix: r.env.Prefix, Names: names, TTL: r.sc.TTL, Wait: 4 * r.sc.TTL, ReadTimeout: r.readTimeout(),
 		Long: r.sc.Long, Reset: r.sc.Reset, Replicas: r.sc.Replicas, Seed: r.env.Seed,
+	}
+	if r.sc.Topology != "" {
+		r.topologyWorker(&cfg)
+	} else {
+		cfg.Addrs = []string{r.proxies[slot].Addr()}
 	}
 	if t := r.env.Redis; t != nil {
 		cfg.Username, cfg.Password, cfg.DB = t.Username, t.Password, t.DB

@@ -44,19 +44,25 @@ func TestShortProfile(t *testing.T) {
 			if len(v.Violations) > 0 {
 				dump(t, h)
 			}
-			// A nemesis that found nothing to fault proves nothing.
-			for _, k := range sc.Faults {
-				if v.Faults[k] == 0 {
-					t.Errorf("no %s fault was injected", k)
-				}
-			}
-			if sc.Reset > 0 && v.Faults[FaultReset] == 0 {
-				t.Error("no connection was reset")
-			}
-			if sc.Name == "pause" && v.Expected[expected[FaultPause]] == 0 {
-				t.Error("no holder was paused while another took its lock: the pauses proved nothing")
-			}
+			checkInjected(t, sc, v)
 		})
+	}
+}
+
+// checkInjected fails a run whose nemesis found nothing to fault: it proves
+// nothing.
+func checkInjected(t *testing.T, sc Scenario, v Verdict) {
+	t.Helper()
+	for _, k := range sc.Faults {
+		if v.Faults[k] == 0 {
+			t.Errorf("no %s fault was injected", k)
+		}
+	}
+	if sc.Reset > 0 && v.Faults[FaultReset] == 0 {
+		t.Error("no connection was reset")
+	}
+	if sc.Name == "pause" && v.Expected[expected[FaultPause]] == 0 {
+		t.Error("no holder was paused while another took its lock: the pauses proved nothing")
 	}
 }
 

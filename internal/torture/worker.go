@@ -47,6 +47,10 @@ type workerConfig struct {
 	Reset    float64 `json:"reset,omitempty"`
 	Replicas int     `json:"replicas,omitempty"`
 	Seed     uint64  `json:"seed"`
+	// ClusterReload is the cluster client's ClusterStateReloadInterval: it
+	// reloads its slot map only on MOVED/ASK or that often (60 s by default),
+	// and keeps dialing a dead primary until it does.
+	ClusterReload time.Duration `json:"cluster_reload,omitempty"`
 }
 
 // line is one line of a worker's output.
@@ -123,7 +127,14 @@ func runWorker(ctx context.Context, cfg workerConfig, out *bufio.Writer) error {
 	if cfg.Reset > 0 {
 		opts.Dialer = w.dial
 	}
-	rdb := redis.NewUniversalClient(opts)
+	var rdb redis.UniversalClient
+	if cfg.Cluster {
+		co := opts.Cluster()
+		co.ClusterStateReloadInterval = cfg.ClusterReload
+		rdb = redis.NewClusterClient(co)
+	} else {
+		rdb = redis.NewUniversalClient(opts)
+	}
 	defer rdb.Close()
 	res := redis.NewClient(&redis.Options{Addr: cfg.ResAddr})
 	defer res.Close()

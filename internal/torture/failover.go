@@ -1,0 +1,299 @@
+package torture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// Failover scenarios run on a Sentinel or Cluster topology that the caller
+// starts and passes in Env.Sentinel or Env.Cluster. redistest starts those
+// with a testing.TB (for its temporary directories, clean-up and logs), so
+// these scenarios run from tests only (failover_test.go, under `make
+// torture`); `dlock torture` runs none of them. Run neither starts nor stops
+// the topology.
+//
+// Workers connect without proxies: go-redis follows the topology itself,
+// through the sentinels (MasterName) or the cluster's slot map (seeded with
+// every node, reloaded every redistest.ClientStateReload). The resource stays
+// on its own standalone Redis, which is never faulted.
+
+// checkTopology tells whether Env carries the topology the scenario needs.
+func (r *run) checkTopology() error {
+	switch r.sc.Topology {
+	case "sentinel":
+		if r.env.Sentinel == nil {
+			return fmt.Errorf("torture: %s needs a Sentinel setup in Env.Sentinel (the failover scenarios run from tests only)", r.sc.Name)
+		}
+	case "cluster":
+		if r.env.Cluster == nil {
+			return fmt.Errorf("torture: %s needs a Cluster setup in Env.Cluster (the failover scenarios run from tests only)", r.sc.Name)
+		}
+	default:
+		return fmt.Errorf("torture: %s: unknown topology %q (want \"\", sentinel or cluster)", r.sc.Name, r.sc.Topology)
+	}
+	if r.env.Redis != nil {
+		return fmt.Errorf("torture: %s: a topology and a user's Redis exclude each other", r.sc.Name)
+	}
+	return nil
+}
+
+// topologyWorker points a worker at the topology.
+func (r *run) topologyWorker(cfg *workerConfig) {
+	switch r.sc.Topology {
+	case "sentinel":
+		cfg.Addrs, cfg.Master = append([]string(nil), r.env.Sentinel.SentinelAddrs...), r.env.Sentinel.MasterName
+	case "cluster":
+		for _, s := range r.env.Cluster.Nodes {
+			cfg.Addrs = append(cfg.Addrs, s.Addr)
+		}
+		cfg.Cluster, cfg.ClusterReload = true, redistest.ClientStateReload
+	}
+}
+
+// failover promotes a replica and records one FaultFailover.
+//
+// Either kill may first cut the replicas off (see lag), so that the
+// promoted replica lacks the last lock writes.
+//
+// Sentinel: SIGKILL of the primary, the sentinels promote a replica (about
+// 2–3 s, and not within 4 s of the previous failover), then the killed node
+// is restarted empty and made a replica of the new primary, so that a later
+// failover has a replica to promote. A manual SENTINEL FAILOVER is not used:
+// the old primary keeps taking writes for about 11 s after it (see
+// TESTING-NOTES.md), which would make most of the run one excused window.
+//
+// Cluster: the primary of the slot of one lock name is either killed (two
+// times in three: its replica is promoted at once with CLUSTER FAILOVER
+// FORCE, as an operator would, rather than after cluster-node-timeout; the
+// node is restarted empty and rejoins as a replica) or handed over with a
+// manual CLUSTER FAILOVER (the coordinated one: the primary stops writes
+// until its replica caught up, so no acknowledged write is lost).
+//
+// The window, From to To: from the kill (or the manual failover's start)
+// until the new primary serves and the killed node is back as a replica.
+// The restart is inside because it is part of the fault: the node comes
+// back empty, and in a cluster it claims its old slots until gossip tells it
+// otherwise (a Redis restarted without persistence, which the contract
+// excuses too).
+//
+// Not extended by a TTL after the promotion: Check excuses an overlap of a
+// hold a by a hold b when the window meets [a.Got, b.Got]. A holder that
+// acquired on the old primary (the one a lost write can hurt) has a.Got
+// before the kill, so any b that got the lock after the kill is excused,
+// however late — a's belief lasting up to a TTL after the promotion is
+// covered without widening the window. A hold acquired after To was acquired
+// on the new primary, with its replica back: an overlap of it is not the
+// failover's doing and must stay a violation. A wider window would only
+// hide such findings.
+func (r *run) failover(ctx context.Context) error {
+	var f Fault
+	var err error
+	switch {
+	case r.sc.Topology == "sentinel" && r.env.Sentinel != nil:
+		f, err = r.failoverSentinel(ctx)
+	case r.sc.Topology == "cluster" && r.env.Cluster != nil:
+		f, err = r.failoverCluster(ctx)
+	default:
+		return fmt.Errorf("torture: %s needs a Sentinel or Cluster topology", FaultFailover)
+	}
+	if err != nil {
+		return fmt.Errorf("torture: failover: %w", err)
+	}
+	r.fault(f)
+	// Calm after each failover, so that the run also has stretches in which
+	// no window excuses anything.
+	sleepCtx(ctx, time.Second+time.Duration(r.rng.Int64N(int64(time.Second))))
+	return nil
+}
+
+func (r *run) failoverSentinel(ctx context.Context) (Fault, error) {
+	st := r.env.Sentinel
+	var replicas []*redistest.Server
+	cur := st.CurrentPrimary(ctx)
+	for _, n := range append([]*redistest.Server{st.Primary}, st.Replicas...) {
+		if n.Addr != cur {
+			replicas = append(replicas, n)
+		}
+	}
+	from := Now()
+	lagged, err := r.lag(ctx, cur, replicas)
+	if err != nil {
+		return Fault{}, err
+	}
+	old := st.KillPrimary()
+	for _, n := range replicas {
+		n.Resume()
+	}
+	primary, err := st.WaitNewPrimary(ctx)
+	if err != nil {
+		return Fault{}, err
+	}
+	promoted := Now()
+	node := st.Node(old)
+	if node == nil {
+		return Fault{}, fmt.Errorf("no data node on %s", old)
+	}
+	if err := node.Restart(ctx); err != nil {
+		return Fault{}, fmt.Errorf("restart %s: %w", old, err)
+	}
+	host, port, _ := net.SplitHostPort(primary)
+	if err := rejoin(ctx, old, func(c *redis.Client) error { return c.ReplicaOf(ctx, host, port).Err() }); err != nil {
+		return Fault{}, err
+	}
+	to := Now()
+	return Fault{Kind: FaultFailover, Worker: -1, From: from, To: to,
+		Note: fmt.Sprintf("sentinel: %skilled primary %s, %s promoted after %.0fms; %s restarted empty as its replica", lagged, old, primary, float64(promoted-from)/1e6, old)}, nil
+}
+
+func (r *run) failoverCluster(ctx context.Context) (Fault, error) {
+	cs := r.env.Cluster
+	name := "n" + strconv.Itoa(r.rng.IntN(max(r.sc.Names, 1)))
+	key := r.env.Prefix + "{" + name + "}"
+	primary, replicaAddrs, slot, err := slotOwner(ctx, cs, key)
+	if err != nil {
+		return Fault{}, err
+	}
+	var replicas []*redistest.Server
+	for _, a := range replicaAddrs {
+		if n := cs.Node(a); n != nil {
+			replicas = append(replicas, n)
+		}
+	}
+	kill := r.rng.IntN(3) != 0
+	from := Now()
+	lagged := ""
+	if kill {
+		if lagged, err = r.lag(ctx, primary, replicas); err != nil {
+			return Fault{}, err
+		}
+		err := cs.KillNode(primary)
+		for _, n := range replicas {
+			n.Resume()
+		}
+		if err != nil {
+			return Fault{}, err
+		}
+	}
+	promoted, err := cs.FailoverReplicaOf(ctx, primary)
+	if err != nil {
+		return Fault{}, err
+	}
+	at := Now()
+	if !kill {
+		return Fault{Kind: FaultFailover, Worker: -1, From: from, To: at,
+			Note: fmt.Sprintf("cluster: manual CLUSTER FAILOVER of %s (slot %d of %q) to %s", primary, slot, name, promoted)}, nil
+	}
+	if err := cs.Node(primary).Restart(ctx); err != nil {
+		return Fault{}, fmt.Errorf("restart %s: %w", primary, err)
+	}
+	// The restarted node learns from gossip that its slots moved and turns
+	// itself into a replica of their new owner.
+	if err := rejoin(ctx, primary, nil); err != nil {
+		return Fault{}, err
+	}
+	return Fault{Kind: FaultFailover, Worker: -1, From: from, To: Now(),
+		Note: fmt.Sprintf("cluster: %skilled primary %s (slot %d of %q), %s promoted after %.0fms; %s restarted empty, rejoined as a replica", lagged, primary, slot, name, promoted, float64(at-from)/1e6, primary)}, nil
+}
+
+// lag, half the time, makes the primary at addr take writes that its
+// replicas will never see, then returns with the replicas still stopped: the
+// caller kills the primary and resumes them, and the promoted replica lacks
+// the last TTL/2 to TTL of lock writes — acknowledged acquisitions and
+// renewals lost, the failover asynchronous replication allows. A plain kill
+// on loopback loses nothing: replication is faster than the kill. As
+// TESTING-NOTES.md says, SIGSTOP alone does not do it (the stream waits in
+// the replica's socket buffer): the primary also drops its replicas' links
+// (CLIENT KILL TYPE replica), so later writes are never sent. The stop, 50
+// to 350 ms, is short enough that a lock acquired in it can still be
+// believed in when the new primary serves (a cluster promotes in about
+// 150 ms), and shorter than down-after-milliseconds and cluster-node-timeout (1 s), so
+// the replicas stay eligible. It returns a note for the fault.
+func (r *run) lag(ctx context.Context, addr string, replicas []*redistest.Server) (string, error) {
+	if len(replicas) == 0 || r.rng.IntN(2) == 0 {
+		return "", nil
+	}
+	d := 50*time.Millisecond + time.Duration(r.rng.Int64N(int64(300*time.Millisecond)))
+	for _, n := range replicas {
+		n.Pause()
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer c.Close()
+	if err := c.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		for _, n := range replicas {
+			n.Resume()
+		}
+		return "", fmt.Errorf("CLIENT KILL TYPE replica on %s: %w", addr, err)
+	}
+	sleepCtx(ctx, d)
+	return fmt.Sprintf("replicas stopped and cut off for %v, then ", d.Round(time.Millisecond)), nil
+}
+
+// slotOwner returns the primary serving key's slot and its replicas, as the
+// first node that answers sees them.
+func slotOwner(ctx context.Context, cs *redistest.ClusterSetup, key string) (string, []string, int64, error) {
+	var errs []error
+	for _, s := range cs.Nodes {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+		slot, err := c.ClusterKeySlot(ctx, key).Result()
+		var slots []redis.ClusterSlot
+		if err == nil {
+			slots, err = c.ClusterSlots(ctx).Result()
+		}
+		_ = c.Close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.Addr, err))
+			continue
+		}
+		for _, sl := range slots {
+			if int64(sl.Start) <= slot && slot <= int64(sl.End) && len(sl.Nodes) > 0 {
+				var reps []string
+				for _, n := range sl.Nodes[1:] {
+					reps = append(reps, n.Addr)
+				}
+				return sl.Nodes[0].Addr, reps, slot, nil
+			}
+		}
+		errs = append(errs, fmt.Errorf("%s: no node serves slot %d", s.Addr, slot))
+	}
+	return "", nil, 0, fmt.Errorf("the primary of %q: %w", key, errors.Join(errs...))
+}
+
+// rejoin runs attach (if any) on the node at addr, then waits until it is a
+// replica whose link to its primary is up.
+func rejoin(ctx context.Context, addr string, attach func(*redis.Client) error) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer c.Close()
+	if attach != nil {
+		if err := attach(c); err != nil {
+			return fmt.Errorf("attach %s as a replica: %w", addr, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, redistest.DefaultWait)
+	defer cancel()
+	last := "nothing yet"
+	for {
+		info, err := c.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") {
+			return nil
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = strings.Join(strings.Fields(info), " ")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not become a replica with its link up within %v; last seen: %s", addr, redistest.DefaultWait, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
