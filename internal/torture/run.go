@@ -2,6 +2,7 @@ package torture
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,7 +35,9 @@ type Scenario struct {
 	Names    int
 	TTL      time.Duration
 	Duration time.Duration
-	// Long is the share of critical sections longer than the TTL.
+	// Work bounds an ordinary critical section (default 3 ms); Long is the
+	// share of them that last longer than the TTL instead.
+	Work time.Duration
 	Long float64
 	// Reset is the chance of a reset after each lock command (FaultReset).
 	Reset float64
@@ -209,7 +212,7 @@ func (r *run) spawn(slot int) error {
 	cfg := workerConfig{
 		ID: id, Lock: r.sc.Lock, ResAddr: r.res.Options().Addr,
 		Prefix: r.env.Prefix, Names: names, TTL: r.sc.TTL, Wait: 4 * r.sc.TTL, ReadTimeout: r.readTimeout(),
-		Long: r.sc.Long, Reset: r.sc.Reset, Replicas: r.sc.Replicas, Seed: r.env.Seed,
+		Work: cmp.Or(r.sc.Work, 3*time.Millisecond), Long: r.sc.Long, Reset: r.sc.Reset, Replicas: r.sc.Replicas, Seed: r.env.Seed,
 	}
 	if r.sc.Topology != "" {
 		r.topologyWorker(&cfg)

@@ -40,8 +40,10 @@ type workerConfig struct {
 	TTL         time.Duration `json:"ttl"`
 	Wait        time.Duration `json:"wait"`
 	ReadTimeout time.Duration `json:"read_timeout"`
-	// Long is the share of critical sections that last longer than the TTL.
-	Long float64 `json:"long"`
+	// Work bounds an ordinary critical section; Long is the share of them
+	// that last longer than the TTL instead.
+	Work time.Duration `json:"work"`
+	Long float64       `json:"long"`
 	// Reset is the chance that a lock command's connection is reset right
 	// after the command was written (Redis runs it, the reply is lost).
 	Reset    float64 `json:"reset,omitempty"`
@@ -196,7 +198,7 @@ func (w *worker) hold(h *Hold, l held, res *Resource) {
 	defer cancel()
 	var v int64
 	v, h.Read = res.Read(rctx, h.Worker, h.Name, fence)
-	work := time.Duration(w.intN(int64(3*time.Millisecond) + 1))
+	work := time.Duration(w.intN(int64(w.cfg.Work) + 1))
 	if w.chance(w.cfg.Long) {
 		work = w.cfg.TTL + time.Duration(w.intN(int64(w.cfg.TTL/2)))
 	}
