@@ -11,7 +11,7 @@ func scenario(name string, d time.Duration, faults ...string) Scenario {
 
 // ShortProfile is what `make test` runs: every scenario that needs no
 // Sentinel or Cluster, a few seconds each.
-func ShortProfile() []Scenario { return profile(6 * time.Second) }
+func ShortProfile() []Scenario { return profile(5 * time.Second) }
 
 // FullProfile is `make torture`'s: the same scenarios, longer, and the
 // failover scenarios, which need a topology in Env (tests only).

@@ -90,7 +90,7 @@ var plantedCases = []struct {
 // to three runs shows it; each run is logged with its seed.
 func TestPlantedLocksCaught(t *testing.T) {
 	byName := map[string]Scenario{}
-	for _, s := range profile(5 * time.Second) {
+	for _, s := range profile(4 * time.Second) {
 		byName[s.Name] = s
 	}
 	for _, pc := range plantedCases {
