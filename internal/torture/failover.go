@@ -17,7 +17,7 @@ import (
 // Failover scenarios run on a Sentinel or Cluster topology that the caller
 // starts and passes in Env.Sentinel or Env.Cluster. redistest starts those
 // with a testing.TB (for its temporary directories, clean-up and logs), so
-// these scenarios run from tests only (failover_test.go, under `make
+// these scenarios run from tests only (TestFullProfile, under `make
 // torture`); `dlock torture` runs none of them. Run neither starts nor stops
 // the topology.
 //

@@ -51,6 +51,29 @@ func TestFullProfile(t *testing.T) {
 			checkInjected(t, sc, v)
 		})
 	}
+	// The seeded in-process injection, ten seeds in one row.
+	t.Run("in-process", func(t *testing.T) {
+		lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
+		start := time.Now()
+		var v Verdict
+		const seeds, d = 10, 5 * time.Second
+		for i := range uint64(seeds) {
+			s := seed + i
+			fmt.Fprintf(os.Stderr, "torture: in-process seed %d, %v\n", s, d)
+			h, err := RunInProcess(context.Background(), lockSrv.Addr, resSrv.Addr, s, d, InProcessOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			one := Check(h)
+			for _, x := range one.Violations {
+				t.Errorf("seed %d: %s", s, x)
+			}
+			v.Add(one)
+		}
+		name := fmt.Sprintf("in-process, %d seeds × %v", seeds, d)
+		results = append(results, Result{Scenario: Scenario{Name: name}, Seed: seed, Verdict: v, Elapsed: time.Since(start)})
+		t.Logf("%s", v.Summary())
+	})
 	var b bytes.Buffer
 	WriteTable(&b, results)
 	fmt.Print(b.String())

@@ -74,3 +74,23 @@ func cuts(v Verdict) string {
 	}
 	return fmt.Sprintf("%d of %d", v.CutsEnded, v.Cuts)
 }
+
+// Add sums o into v, for one row over several runs (the seeds of the
+// in-process injection).
+func (v *Verdict) Add(o Verdict) {
+	v.Holds += o.Holds
+	v.Violations = append(v.Violations, o.Violations...)
+	v.Rejected += o.Rejected
+	v.LostUpdates += o.LostUpdates
+	v.Takeovers = append(v.Takeovers, o.Takeovers...)
+	v.Cuts += o.Cuts
+	v.CutsEnded += o.CutsEnded
+	for _, m := range []struct{ dst, src *map[string]int }{{&v.Attempts, &o.Attempts}, {&v.Faults, &o.Faults}, {&v.Expected, &o.Expected}} {
+		if *m.dst == nil {
+			*m.dst = map[string]int{}
+		}
+		for k, n := range *m.src {
+			(*m.dst)[k] += n
+		}
+	}
+}
