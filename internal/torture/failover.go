@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -244,22 +245,35 @@ func slotOwner(ctx context.Context, cs *redistest.ClusterSetup, key string) (str
 	for _, s := range cs.Nodes {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
 		slot, err := c.ClusterKeySlot(ctx, key).Result()
-		var slots []redis.ClusterSlot
+		var shards []redis.ClusterShard
 		if err == nil {
-			slots, err = c.ClusterSlots(ctx).Result()
+			shards, err = c.ClusterShards(ctx).Result()
 		}
 		_ = c.Close()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", s.Addr, err))
 			continue
 		}
-		for _, sl := range slots {
-			if int64(sl.Start) <= slot && slot <= int64(sl.End) && len(sl.Nodes) > 0 {
-				var reps []string
-				for _, n := range sl.Nodes[1:] {
-					reps = append(reps, n.Addr)
+		for _, sh := range shards {
+			if !slices.ContainsFunc(sh.Slots, func(r redis.SlotRange) bool { return r.Start <= slot && slot <= r.End }) {
+				continue
+			}
+			// Failed nodes are listed too: only those online count, as
+			// CLUSTER SLOTS (deprecated) had it.
+			var primary string
+			var reps []string
+			for _, n := range sh.Nodes {
+				addr := net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+				switch {
+				case n.Health != "online":
+				case n.Role == "master":
+					primary = addr
+				default:
+					reps = append(reps, addr)
 				}
-				return sl.Nodes[0].Addr, reps, slot, nil
+			}
+			if primary != "" {
+				return primary, reps, slot, nil
 			}
 		}
 		errs = append(errs, fmt.Errorf("%s: no node serves slot %d", s.Addr, slot))
