@@ -343,6 +343,9 @@ func (a *app) checkForeign(ctx context.Context, rdb *redis.Client, where, prefix
 		}
 		count = fmt.Sprint(size)
 	case scanErr != nil:
+		if ctx.Err() != nil { // interrupted: not a reason to run
+			return ctx.Err()
+		}
 		if yes {
 			fmt.Fprintf(a.stderr, "torture: cannot tell whether %s holds other keys (%v); running as --yes says\n", where, sizeErr)
 			return nil

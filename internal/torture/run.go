@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -372,12 +373,30 @@ func (r *run) deleteOwn() {
 	if r.env.ResAddr != "" && r.res != nil {
 		rdbs = append(rdbs, r.res)
 	}
+	// The prefix is matched as a glob: its special characters are escaped,
+	// and each key is checked again, so that no key of the user's goes.
+	pattern := globEscape(r.env.Prefix) + "*"
 	for _, rdb := range rdbs {
-		it := rdb.Scan(ctx, 0, r.env.Prefix+"*", 500).Iterator()
+		it := rdb.Scan(ctx, 0, pattern, 500).Iterator()
 		for it.Next(ctx) {
-			rdb.Unlink(ctx, it.Val())
+			if strings.HasPrefix(it.Val(), r.env.Prefix) {
+				rdb.Unlink(ctx, it.Val())
+			}
 		}
 	}
+}
+
+// globEscape escapes the characters that Redis' glob patterns (SCAN MATCH)
+// give a meaning.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`*?[]\^-`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 func (r *run) progress(format string, args ...any) {

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
@@ -135,4 +138,30 @@ func dump(t *testing.T, h History) {
 		return
 	}
 	t.Logf("history written to %s", p)
+}
+
+// deleteOwn deletes the run's keys and only those, whatever characters the
+// prefix holds: a prefix read as a glob once matched the user's keys.
+func TestDeleteOwnOnlyItsKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	prefix := `app:[^*?\x-z]:`
+	own := []string{prefix + "a", prefix + "{n0}:q"}
+	foreign := []string{"app:Q", "app:a", "appx", "xa", `app:[^*?\x-z]`}
+	for _, k := range append(slices.Clone(own), foreign...) {
+		if err := rdb.Set(context.Background(), k, "1", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &run{env: Env{Redis: &Target{Addr: srv.Addr}, Prefix: prefix}}
+	r.deleteOwn()
+	left, err := rdb.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(left)
+	want := slices.Sorted(slices.Values(foreign))
+	if !slices.Equal(left, want) {
+		t.Fatalf("keys left %q, want the foreign ones %q", left, want)
+	}
 }
