@@ -112,9 +112,9 @@ func (c *checker) violate(format string, args ...any) {
 	c.v.Violations = append(c.v.Violations, fmt.Sprintf(format, args...))
 }
 
-// excuse names the expected fault that lets a hold of worker w overlap
-// another between from and to, or "" if none does.
-func (c *checker) excuse(w int, holdFrom, holdTo, from, to int64) string {
+// excuse names the expected fault that lets a hold of worker w on name
+// overlap another between from and to, or "" if none does.
+func (c *checker) excuse(w int, name string, holdFrom, holdTo, from, to int64) string {
 	for _, f := range c.h.Faults {
 		why, ok := expected[f.Kind]
 		switch {
@@ -127,6 +127,8 @@ func (c *checker) excuse(w int, holdFrom, holdTo, from, to int64) string {
 			if f.Worker == w && f.From < holdTo && f.To > holdFrom && f.From < to {
 				return why
 			}
+		case len(f.Names) > 0 && !slices.Contains(f.Names, name):
+			// A fault of a server that does not hold this lock.
 		case f.From <= to && f.To >= from:
 			return why
 		}
@@ -145,7 +147,7 @@ func (c *checker) overlaps(holds []Hold) {
 			if b.Got >= ea {
 				break
 			}
-			if why := c.excuse(a.Worker, a.Got, ea, a.Got, b.Got); why != "" {
+			if why := c.excuse(a.Worker, a.Name, a.Got, ea, a.Got, b.Got); why != "" {
 				if !counted {
 					c.v.Expected[why]++
 					counted = true
@@ -194,11 +196,11 @@ func (c *checker) falseLoss(holds []Hold) {
 		// Release runs after Done: a fault up to its return explains it.
 		relEnd := max(x.Released, x.Done)
 		if x.Release == "not_held" && (x.Final == "released" || x.Final == "") &&
-			c.excuse(x.Worker, x.Got, relEnd, x.Got, relEnd) == "" {
+			c.excuse(x.Worker, x.Name, x.Got, relEnd, x.Got, relEnd) == "" {
 			c.violate("Release said not held, yet the lease was believed valid until it answered: %s%s", c.who(x), c.near(x.Got))
 		}
 		if x.Cause == "taken_over" && x.Lost != 0 && !takenBetween(x, x.Got, x.Lost) &&
-			c.excuse(x.Worker, x.Got, x.Lost, x.Got, x.Lost) == "" {
+			c.excuse(x.Worker, x.Name, x.Got, x.Lost, x.Got, x.Lost) == "" {
 			c.violate("told the lock was taken over, yet nobody took it: %s%s", c.who(x), c.near(x.Got))
 		}
 	}
@@ -271,7 +273,7 @@ func (c *checker) kills() {
 func (c *checker) disturbed(f Fault, from, to int64) bool {
 	for _, g := range c.h.Faults {
 		switch {
-		case g == f || g.Kind == FaultReset || g.Kind == FaultKill:
+		case g.Kind == FaultReset || g.Kind == FaultKill: // f itself among them
 		case g.Kind == FaultPause && g.Name != f.Name:
 		case g.From <= to && g.To >= from:
 			return true

@@ -150,9 +150,11 @@ func (r *run) failoverSentinel(ctx context.Context) (Fault, error) {
 	if err := rejoin(ctx, old, func(c *redis.Client) error { return c.ReplicaOf(ctx, host, port).Err() }); err != nil {
 		return Fault{}, err
 	}
-	to := Now()
-	return Fault{Kind: FaultFailover, Worker: -1, From: from, To: to,
-		Note: fmt.Sprintf("sentinel: %skilled primary %s, %s promoted after %.0fms; %s restarted empty as its replica", lagged, old, primary, float64(promoted-from)/1e6, old)}, nil
+	// The window ends at the promotion: the restarted node is never
+	// addressed by clients that ask the sentinels, so a hold acquired on
+	// the new primary, once it serves, is no longer the failover's doing.
+	return Fault{Kind: FaultFailover, Worker: -1, From: from, To: promoted,
+		Note: fmt.Sprintf("sentinel: %skilled primary %s, %s promoted after %.0fms; %s restarted empty as its replica in %.0fms", lagged, old, primary, float64(promoted-from)/1e6, old, float64(Now()-promoted)/1e6)}, nil
 }
 
 func (r *run) failoverCluster(ctx context.Context) (Fault, error) {
@@ -189,8 +191,20 @@ func (r *run) failoverCluster(ctx context.Context) (Fault, error) {
 		return Fault{}, err
 	}
 	at := Now()
+	// Every name whose slot the old primary served.
+	var names []string
+	for i := range max(r.sc.Names, 1) {
+		n := "n" + strconv.Itoa(i)
+		if n == name {
+			names = append(names, n)
+			continue
+		}
+		if p, _, _, err := slotOwner(ctx, cs, r.env.Prefix+"{"+n+"}"); err == nil && (p == primary || p == promoted) {
+			names = append(names, n)
+		}
+	}
 	if !kill {
-		return Fault{Kind: FaultFailover, Worker: -1, From: from, To: at,
+		return Fault{Kind: FaultFailoverManual, Worker: -1, Names: names, From: from, To: at,
 			Note: fmt.Sprintf("cluster: manual CLUSTER FAILOVER of %s (slot %d of %q) to %s", primary, slot, name, promoted)}, nil
 	}
 	if err := cs.Node(primary).Restart(ctx); err != nil {
@@ -201,7 +215,10 @@ func (r *run) failoverCluster(ctx context.Context) (Fault, error) {
 	if err := rejoin(ctx, primary, nil); err != nil {
 		return Fault{}, err
 	}
-	return Fault{Kind: FaultFailover, Worker: -1, From: from, To: Now(),
+	// The window ends when the restarted node is a replica: until gossip
+	// told it that its slots moved, it still claimed them, empty — a client
+	// with the old slot map could be granted a lock there.
+	return Fault{Kind: FaultFailover, Worker: -1, Names: names, From: from, To: Now(),
 		Note: fmt.Sprintf("cluster: %skilled primary %s (slot %d of %q), %s promoted after %.0fms; %s restarted empty, rejoined as a replica", lagged, primary, slot, name, promoted, float64(at-from)/1e6, primary)}, nil
 }
 

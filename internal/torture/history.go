@@ -101,6 +101,10 @@ const (
 	FaultRestartEmpty = "restart-empty" // the lock's Redis killed and restarted empty
 	FaultEvict        = "evict"         // memory filled under volatile-lru: lock keys evicted
 	FaultFailover     = "failover"      // a replica promoted (Sentinel or Cluster)
+	// A coordinated CLUSTER FAILOVER: the primary stops writes until its
+	// replica caught up, so no acknowledged grant is lost and nothing is
+	// excused.
+	FaultFailoverManual = "failover-manual"
 
 	// Client-side faults of RunInProcess, injected by go-redis hooks on one
 	// client's lock commands (the dlock scripts, single or pipelined) and by
@@ -126,9 +130,12 @@ type Fault struct {
 	Kind   string `json:"k"`
 	Worker int    `json:"w"`           // -1: every worker, or the server
 	Name   string `json:"n,omitempty"` // the lock the worker held or waited for
-	From   int64  `json:"from"`
-	To     int64  `json:"to"`
-	Note   string `json:"note,omitempty"`
+	// Names are the locks a fault of a server touched (the names whose slot
+	// a failed-over Cluster primary served); empty: every lock.
+	Names []string `json:"names,omitempty"`
+	From  int64    `json:"from"`
+	To    int64    `json:"to"`
+	Note  string   `json:"note,omitempty"`
 }
 
 // Access is one read or write of the protected resource, as the resource

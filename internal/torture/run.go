@@ -413,7 +413,7 @@ func (r *run) fault(f Fault) {
 	if f.Worker >= 0 {
 		who = "w" + strconv.Itoa(f.Worker)
 	}
-	if f.Kind == FaultRestartAOF || f.Kind == FaultRestartEmpty || f.Kind == FaultEvict || f.Kind == FaultFailover {
+	if f.Worker < 0 && f.Kind != FaultBlackhole && f.Kind != FaultLatency {
 		who = "lock Redis"
 	}
 	r.progress("%-13s %-10s %6.0fms %s", f.Kind, who, float64(f.To-f.From)/1e6, f.Note)
