@@ -197,6 +197,16 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireCon
 		b := busy{ttl: time.Duration(n) * time.Millisecond, fence: holderFence}
 		return nil, b, &NotObtainedError{Name: name, HolderTTL: b.ttl}
 	}
+	if took := time.Since(sent); !time.Now().Before(leaseEnd(sent, ac.ttl)) {
+		// The reply came after the lease's deadline (the process stalled
+		// between send and read, or the network did): another client may
+		// hold the lock by now. A lock already lost is no lock to return:
+		// the grant is given back, by token in case it is still there, and
+		// the caller is told it did not get the lock. A waiter goes on
+		// waiting, with a fresh token.
+		c.giveBack(ctx, k, token, ac.ttl)
+		return nil, busy{}, &NotObtainedError{Name: name, late: took, lease: ac.ttl}
+	}
 	l := c.newLock(ctx, name, k, token, n, ac, sent)
 	if ac.replicas > 0 {
 		if err := c.checkReplicated(ctx, l, ac, acked); err != nil {
@@ -318,6 +328,12 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, k keys, ac a
 			// attempt has given the token up, queue entry included.
 			return nil, c.waitError(ctx, wctx, name, q.holderTTL(), err)
 		}
+		if lateGrant(err) {
+			// The grant came too late and was given up: try again at
+			// once, with a fresh token.
+			token, queued = newToken(), false
+			continue
+		}
 		if confirmed {
 			seen, lastSeen = max(seen, b.fence), sent
 		}
@@ -434,6 +450,13 @@ func (c *Client) withdraw(ctx context.Context, k keys, token string) error {
 func isBusy(err error) bool {
 	var b *NotObtainedError
 	return errors.As(err, &b)
+}
+
+// lateGrant reports whether err is an attempt's grant whose reply came after
+// its lease had run out.
+func lateGrant(err error) bool {
+	var b *NotObtainedError
+	return errors.As(err, &b) && b.late > 0
 }
 
 // waitError turns the end of a wait into the error Acquire returns.

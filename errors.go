@@ -65,9 +65,16 @@ type NotObtainedError struct {
 
 	cause  error // the context's error, when it ended the wait
 	waited bool  // the wait limit ended the wait
+	// late: the lock was granted, but the reply took this long, past the
+	// deadline of its lease: the grant was given back.
+	late, lease time.Duration
 }
 
 func (e *NotObtainedError) Error() string {
+	if e.late > 0 {
+		return fmt.Sprintf("dlock: not obtained: lock %q: the reply granting it came %v after it was sent, past the deadline of its %v lease; the grant was given back",
+			e.Name, e.late.Round(time.Millisecond), e.lease)
+	}
 	msg := fmt.Sprintf("dlock: not obtained: lock %q is held by another owner", e.Name)
 	if e.HolderTTL >= 0 {
 		msg += fmt.Sprintf(" for another %v", e.HolderTTL)

@@ -318,7 +318,7 @@ func (r *inproc) hold(i, seq int, name string, asked int64, l holdable, work tim
 		mu.Lock()
 		h.Lost = lost
 		mu.Unlock()
-		if lctx.Err() != nil {
+		if lost != 0 { // as the workers have it: the cause of a loss before Done
 			h.Cause = causeOf(context.Cause(lctx))
 		}
 	}
@@ -426,7 +426,10 @@ type injector struct {
 type plan struct {
 	kind string
 	d    time.Duration // the delay, reorder bound, or gap before a duplicate
-	flag bool          // drop: the command ran, only the reply is lost
+	// flag: for a drop, the command ran and only the reply is lost; for a
+	// delay, the command goes at once and its reply comes late (Redis'
+	// lease starts early, the client learns of it late).
+	flag bool
 }
 
 func (in *injector) plan() plan {
@@ -504,6 +507,15 @@ func (in *injector) run(ctx context.Context, cmds []redis.Cmder, send func(conte
 	var err error
 	switch p.kind {
 	case FaultDelay, FaultReorder:
+		if p.kind == FaultDelay && p.flag {
+			err = send(ctx, cmds)
+			if !sleepCtx(ctx, p.d) {
+				err = ctx.Err()
+				setErr(cmds, err)
+			}
+			f.Note += ", reply delayed"
+			break
+		}
 		var h *heldCmd
 		if p.kind == FaultReorder {
 			h = in.ot.hold()
@@ -522,8 +534,14 @@ func (in *injector) run(ctx context.Context, cmds []redis.Cmder, send func(conte
 		err = send(ctx, cmds)
 	case FaultDuplicate:
 		_ = send(ctx, cmds)
-		sleepCtx(ctx, p.d)
-		err = send(ctx, cmds) // the first reply is lost
+		// The copy reaches Redis even if the caller gives up meanwhile,
+		// as a re-sent command already on the wire would.
+		time.Sleep(p.d)
+		err = send(context.WithoutCancel(ctx), cmds) // the first reply is lost
+		if ctx.Err() != nil {
+			err = ctx.Err()
+			setErr(cmds, err)
+		}
 		f.Note += fmt.Sprintf(", gap %v", p.d.Round(time.Millisecond))
 	case FaultDrop:
 		if p.flag {

@@ -1,0 +1,114 @@
+package dlock_test
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// A grant whose reply comes back after its lease ran out (the client stalled
+// between send and read, a slow network) must not be returned as a held
+// lock: by then another client may hold it. Found by the torture suite's
+// in-process injection ("delay … acquire, reply delayed", seed 4): Acquire
+// returned a lock already past its deadline, whose context the deadline
+// timer cancelled a moment later, while another client held the lock.
+func TestLateGrantNotReturned(t *testing.T) {
+	for _, mode := range []string{"single attempt", "waiting"} {
+		t.Run(mode, func(t *testing.T) {
+			_, rdb, srv := setup(t)
+			const name, ttl = "late-grant", 300 * time.Millisecond
+			slow := srv.Client(t)
+			var held atomic.Bool
+			ran, gate := make(chan struct{}), make(chan struct{})
+			var open sync.Once
+			release := func() { open.Do(func() { close(gate) }) }
+			t.Cleanup(release) // a failed test must not leave the reply held
+			// Loaded, so that the first EVALSHA runs the script (a NOSCRIPT
+			// reply would be the first acquire reply seen here).
+			if err := scripts.Acquire.Load(bg, slow).Err(); err != nil {
+				t.Fatal(err)
+			}
+			slow.AddHook(&hook{after: func(cmd redis.Cmder) {
+				// The first acquire has run in Redis (not a NOSCRIPT
+				// EVALSHA, which ran nothing); its reply waits
+				// until B holds the lock.
+				if isScript(cmd, scripts.Acquire) && cmd.Err() == nil && held.CompareAndSwap(false, true) {
+					close(ran)
+					<-gate
+				}
+			}})
+			a, b := newLocker(t, slow), newLocker(t, rdb)
+			type result struct {
+				l   *dlock.Lock
+				err error
+			}
+			got := make(chan result, 1)
+			go func() {
+				var l *dlock.Lock
+				var err error
+				if mode == "waiting" {
+					l, err = a.Acquire(bg, name, dlock.WithTTL(ttl), dlock.WithWait(5*time.Second))
+				} else {
+					l, err = a.TryAcquire(bg, name, dlock.WithTTL(ttl))
+				}
+				got <- result{l, err}
+			}()
+			// A's grant runs out in Redis, unanswered; B takes the lock.
+			select {
+			case <-ran:
+			case <-time.After(5 * time.Second):
+				t.Fatal("A's acquire never ran")
+			}
+			var lb *dlock.Lock
+			for deadline := time.Now().Add(5 * time.Second); lb == nil; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("B never got the lock")
+				}
+				l, err := b.TryAcquire(bg, name, dlock.WithTTL(10*time.Second))
+				if err != nil && !errors.Is(err, dlock.ErrNotObtained) {
+					t.Fatal(err)
+				}
+				lb = l
+			}
+			release()
+			select {
+			case r := <-got:
+				if r.l != nil {
+					t.Fatalf("A's Acquire returned a lock (fence %d, context alive: %v) while B holds it (fence %d): %v",
+						r.l.Fence(), r.l.Context().Err() == nil, lb.Fence(), r.err)
+				}
+				if mode == "waiting" {
+					t.Fatalf("A's waiting Acquire gave up while B holds the lock: %v", r.err)
+				}
+				if !errors.Is(r.err, dlock.ErrNotObtained) {
+					t.Fatalf("A's TryAcquire: %v, want ErrNotObtained", r.err)
+				}
+				t.Logf("A: %v", r.err)
+			case <-time.After(500 * time.Millisecond):
+				if mode != "waiting" {
+					t.Fatal("A's TryAcquire did not return")
+				}
+			}
+			if err := lb.Release(bg); err != nil {
+				t.Fatalf("B's release: %v (A's late grant was given back over B's lock?)", err)
+			}
+			if mode == "waiting" {
+				r := <-got
+				if r.err != nil {
+					t.Fatalf("A, waiting, after B released: %v", r.err)
+				}
+				if r.l.Fence() <= lb.Fence() {
+					t.Fatalf("A's fence %d after B's %d", r.l.Fence(), lb.Fence())
+				}
+				_ = r.l.Release(bg)
+			}
+		})
+	}
+}
