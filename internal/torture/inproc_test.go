@@ -54,7 +54,7 @@ func TestInProcessFaults(t *testing.T) {
 					t.Errorf("no %s fault injected", kind)
 				}
 			}
-			if v.Holds < 100 {
+			if v.Holds < 40 { // under -race on 2 busy cores, 27–70 holds/s
 				t.Errorf("only %d acquisitions in %v", v.Holds, d)
 			}
 			if len(h.Accesses) == 0 {
