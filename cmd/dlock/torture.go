@@ -127,7 +127,7 @@ func (a *app) torture(ctx context.Context, cmd *cobra.Command, o tortureOptions)
 
 	scenarios := torture.ClientScenarios(0)
 	if o.local {
-		scenarios = torture.FullProfile()
+		scenarios = torture.OneServerScenarios(0) // failovers need a topology: make torture
 	}
 	if scenarios, err = pickScenarios(scenarios, o.scenarios); err != nil {
 		return err

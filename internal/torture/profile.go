@@ -63,6 +63,11 @@ func profile(d time.Duration) []Scenario {
 	}
 }
 
+// OneServerScenarios are every scenario on one Redis that the run starts
+// itself: the client-side faults and restarts and eviction (`dlock torture
+// --local`).
+func OneServerScenarios(d time.Duration) []Scenario { return profile(d) }
+
 // ClientScenarios are the scenarios `dlock torture` runs against a user's
 // Redis: faults of the clients and their network only.
 func ClientScenarios(d time.Duration) []Scenario {
