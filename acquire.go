@@ -197,7 +197,10 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireCon
 		b := busy{ttl: time.Duration(n) * time.Millisecond, fence: holderFence}
 		return nil, b, &NotObtainedError{Name: name, HolderTTL: b.ttl}
 	}
-	if took := time.Since(sent); !time.Now().Before(leaseEnd(sent, ac.ttl)) {
+	// Too few replicas is reported as such (the WAIT that came with the
+	// script may itself have made the reply late).
+	short := ac.replicas > 0 && acked < int64(ac.replicas)
+	if took := time.Since(sent); !short && !time.Now().Before(leaseEnd(sent, ac.ttl)) {
 		// The reply came after the lease's deadline (the process stalled
 		// between send and read, or the network did): another client may
 		// hold the lock by now. A lock already lost is no lock to return:

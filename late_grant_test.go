@@ -112,3 +112,104 @@ func TestLateGrantNotReturned(t *testing.T) {
 		})
 	}
 }
+
+// A late grant of an attempt made while waiting in line (not the first plain
+// attempt): the waiter must go on with a fresh token and get the lock later.
+// Without the fresh token, every later attempt of the given-up token is
+// refused and the waiter never gets the lock. (From the review of the fix.)
+func TestLateGrantInLine(t *testing.T) {
+	_, rdb, srv := setup(t)
+	const name, ttl = "late-inline", 300 * time.Millisecond
+	slow := srv.Client(t)
+	if err := scripts.Acquire.Load(bg, slow).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, c := newLocker(t, rdb), newLocker(t, rdb)
+	// B holds and "crashes": no renewal, no release.
+	if _, err := b.TryAcquire(bg, name, dlock.WithTTL(ttl), dlock.WithoutRenewal()); err != nil {
+		t.Fatal(err)
+	}
+	var held atomic.Bool
+	var queued atomic.Bool
+	ran, gate := make(chan struct{}), make(chan struct{})
+	var open sync.Once
+	release := func() { open.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	slow.AddHook(&hook{after: func(cmd redis.Cmder) {
+		if !isScript(cmd, scripts.Acquire) || cmd.Err() != nil {
+			return
+		}
+		res, _ := cmd.(*redis.Cmd).Slice()
+		if len(res) >= 2 && res[0] == int64(1) && held.CompareAndSwap(false, true) {
+			w, _ := cmd.Args()[3+5+3].(string) // ARGV[4]: waiter id
+			queued.Store(w != "")
+			close(ran)
+			<-gate
+		}
+	}})
+	a := newLocker(t, slow)
+	type result struct {
+		l   *dlock.Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := a.Acquire(bg, name, dlock.WithTTL(ttl), dlock.WithWait(5*time.Second))
+		got <- result{l, err}
+	}()
+	select {
+	case <-ran:
+	case <-time.After(5 * time.Second):
+		t.Fatal("A never granted")
+	}
+	if !queued.Load() {
+		t.Fatal("the late grant was not an attempt made in line: the test misses its point")
+	}
+	var lc *dlock.Lock
+	for deadline := time.Now().Add(5 * time.Second); lc == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("C never got the lock")
+		}
+		l, err := c.TryAcquire(bg, name, dlock.WithTTL(10*time.Second))
+		if err != nil && !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatal(err)
+		}
+		lc = l
+	}
+	release()
+	select {
+	case r := <-got:
+		t.Fatalf("A returned while C holds: %v %v", r.l, r.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := lc.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("A after C released: %v", r.err)
+		}
+		_ = r.l.Release(bg)
+	case <-time.After(2 * time.Second):
+		t.Fatal("A not handed the lock within 2s of C's release")
+	}
+}
+
+// With WithReplicas, the WAIT sent with the script can itself make the reply
+// come after the lease's deadline: too few replicas must still be reported as
+// such (ErrNotReplicated), not as a late grant retried for the whole wait.
+// (From the review of the late-grant fix.)
+func TestLateGrantWithTooFewReplicas(t *testing.T) {
+	a, _, _ := setup(t)
+	for _, wait := range []time.Duration{0, 2 * time.Second} {
+		start := time.Now()
+		l, err := a.Acquire(bg, "repl", dlock.WithTTL(300*time.Millisecond), dlock.WithReplicas(1, 300*time.Millisecond), dlock.WithWait(wait))
+		if l != nil {
+			t.Fatalf("wait %v: a lock without its replica", wait)
+		}
+		if !errors.Is(err, dlock.ErrNotReplicated) {
+			t.Fatalf("wait %v: %v after %v, want ErrNotReplicated", wait, err, time.Since(start).Round(time.Millisecond))
+		}
+	}
+}
