@@ -66,17 +66,7 @@ func TestLateGrantNotReturned(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("A's acquire never ran")
 			}
-			var lb *dlock.Lock
-			for deadline := time.Now().Add(5 * time.Second); lb == nil; time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("B never got the lock")
-				}
-				l, err := b.TryAcquire(bg, name, dlock.WithTTL(10*time.Second))
-				if err != nil && !errors.Is(err, dlock.ErrNotObtained) {
-					t.Fatal(err)
-				}
-				lb = l
-			}
+			lb := takeOnceFree(t, b, name)
 			release()
 			select {
 			case r := <-got:
@@ -165,17 +155,7 @@ func TestLateGrantInLine(t *testing.T) {
 	if !queued.Load() {
 		t.Fatal("the late grant was not an attempt made in line: the test misses its point")
 	}
-	var lc *dlock.Lock
-	for deadline := time.Now().Add(5 * time.Second); lc == nil; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("C never got the lock")
-		}
-		l, err := c.TryAcquire(bg, name, dlock.WithTTL(10*time.Second))
-		if err != nil && !errors.Is(err, dlock.ErrNotObtained) {
-			t.Fatal(err)
-		}
-		lc = l
-	}
+	lc := takeOnceFree(t, c, name)
 	release()
 	select {
 	case r := <-got:
@@ -212,4 +192,21 @@ func TestLateGrantWithTooFewReplicas(t *testing.T) {
 			t.Fatalf("wait %v: %v after %v, want ErrNotReplicated", wait, err, time.Since(start).Round(time.Millisecond))
 		}
 	}
+}
+
+// takeOnceFree takes name with c, with a long TTL, as soon as the lock is
+// free (the late grant's lease ran out), trying every 10 ms for up to 5 s.
+func takeOnceFree(t *testing.T, c *dlock.Client, name string) *dlock.Lock {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		l, err := c.TryAcquire(bg, name, dlock.WithTTL(10*time.Second))
+		if err != nil && !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatal(err)
+		}
+		if l != nil {
+			return l
+		}
+	}
+	t.Fatalf("%q never came free", name)
+	return nil
 }
