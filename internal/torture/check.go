@@ -221,7 +221,8 @@ func (c *checker) chain() {
 
 // kills judges every kill, of a holder or of a waiter (which may have been
 // granted the lock just before it died): once the lock is free of live
-// holders, a waiter must get it within TTL + TakeoverMargin. Kills that
+// holders, a waiter must get it within TTL + TakeoverMargin, or, when the
+// next taker asked only later, within TakeoverMargin of asking. Kills that
 // other faults overlap are not judged: a cut or a pause delays waiters too.
 func (c *checker) kills() {
 	limit := c.h.TTL + TakeoverMargin
@@ -257,8 +258,12 @@ func (c *checker) kills() {
 		switch {
 		case next != nil:
 			c.v.Takeovers = append(c.v.Takeovers, max(d, 0))
-			if d > limit {
-				c.violate("lock %q taken only %v after it was free of live holders (limit TTL + %v), after the kill of w%d (%s)", f.Name, d.Round(time.Millisecond), TakeoverMargin, f.Worker, f.Note)
+			// Taken by TTL + margin after it was free, or by margin after
+			// the next taker asked, if nobody asked before: a lock nobody
+			// waits for (every worker busy on the other name) stays free.
+			if by := max(free+int64(c.h.TTL), next.Asked) + int64(TakeoverMargin); next.Got > by {
+				c.violate("lock %q taken only %v after it was free of live holders, %v after its taker asked (limit: TTL + %v after free, or %v after asking), after the kill of w%d (%s)",
+					f.Name, d.Round(time.Millisecond), time.Duration(next.Got-next.Asked).Round(time.Millisecond), TakeoverMargin, TakeoverMargin, f.Worker, f.Note)
 			}
 		case d > limit:
 			c.violate("lock %q never taken again (%v until the workers were told to stop) after the kill of w%d (%s)", f.Name, d.Round(time.Millisecond), f.Worker, f.Note)
