@@ -32,11 +32,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sys/unix"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/torture"
 )
 
 // pauseTTL is the workers' lease: short, so that a pause outlasts it, and no
@@ -162,17 +162,6 @@ func TestPauseCheckerBites(t *testing.T) {
 	if v.doubles == 0 {
 		t.Fatal("no double holder found with a worker that ignores the lock: the checker cannot fail")
 	}
-}
-
-// monoNow reads CLOCK_MONOTONIC, one clock for every process of the machine.
-// Go's own monotonic reading counts from each process' start, so readings of
-// two processes do not compare.
-func monoNow() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		panic(err)
-	}
-	return ts.Nano()
 }
 
 // pauseHold is one critical section of a worker.
@@ -310,7 +299,7 @@ type pauseRun struct {
 func startPauseRun(t *testing.T, name string, kinds []string) *pauseRun {
 	t.Helper()
 	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
-	r := &pauseRun{t: t, rdb: lockSrv.Client(t), lockKey: "dlock:{" + name + "}", queueKey: "dlock:{" + name + "}:q", kinds: kinds, t0: monoNow()}
+	r := &pauseRun{t: t, rdb: lockSrv.Client(t), lockKey: "dlock:{" + name + "}", queueKey: "dlock:{" + name + "}:q", kinds: kinds, t0: torture.Now()}
 	for i, kind := range kinds {
 		cmd, stdin, out := startWorker(t, "pause", "REDIS_ADDR="+lockSrv.Addr, "FENCE_ADDR="+resSrv.Addr,
 			"LOCK="+name, "TTL="+pauseTTL.String(), "WORKER="+strconv.Itoa(i), "KIND="+kind)
@@ -389,7 +378,7 @@ func (r *pauseRun) worker(owner string) int {
 // pause stops worker w for d with real signals and records when.
 func (r *pauseRun) pause(w int, d time.Duration) {
 	p := r.procs[w].Process
-	from := monoNow()
+	from := torture.Now()
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		r.t.Fatal(err)
 	}
@@ -397,7 +386,7 @@ func (r *pauseRun) pause(w int, d time.Duration) {
 	// Stamped before SIGCONT is sent: the worker takes no stamp before the
 	// signal arrives, and one stamped after the send would let a worker
 	// quick to run again enter a critical section inside the window.
-	to := monoNow()
+	to := torture.Now()
 	err := p.Signal(syscall.SIGCONT)
 	r.stops = append(r.stops, pauseStop{worker: w, from: from, to: to})
 	if err != nil {
@@ -483,11 +472,11 @@ func pauseWorker(rdb *redis.Client) int {
 		if kind == "rogue" {
 			// Takes no lock, yet believes it holds one.
 			time.Sleep(rand.N(40 * time.Millisecond))
-			enter := monoNow()
+			enter := torture.Now()
 			time.Sleep(20*time.Millisecond + rand.N(60*time.Millisecond))
 			w := write(0)
-			exit := monoNow()
-			fmt.Printf("hold 0 %d %d %d true - %s\n", enter, exit, monoNow(), w)
+			exit := torture.Now()
+			fmt.Printf("hold 0 %d %d %d true - %s\n", enter, exit, torture.Now(), w)
 			continue
 		}
 		l, err := c.Acquire(ctx, name, dlock.WithTTL(ttl), dlock.WithWait(3*time.Second))
@@ -503,11 +492,11 @@ func pauseWorker(rdb *redis.Client) int {
 		// means alive over the whole section, a context never coming back
 		// once ended.
 		record := func(enter int64, seen, w string) string {
-			exit := monoNow()
+			exit := torture.Now()
 			alive := l.Context().Err() == nil
-			return fmt.Sprintf("hold %d %d %d %d %t %s %s", l.Fence(), enter, exit, monoNow(), alive, seen, w)
+			return fmt.Sprintf("hold %d %d %d %d %t %s %s", l.Fence(), enter, exit, torture.Now(), alive, seen, w)
 		}
-		enter := monoNow()
+		enter := torture.Now()
 		if kind == "refresh" {
 			var first string
 			enter, first = raceRefresh(ctx, l, ttl, func(enter int64) string { return record(enter, "-", "-") })
@@ -552,7 +541,7 @@ const refreshDelay = time.Millisecond
 // shows, to be judged.
 func raceRefresh(ctx context.Context, l *dlock.Lock, ttl time.Duration, first func(enter int64) string) (int64, string) {
 	long, short := 2*ttl, ttl*3/8
-	enter := monoNow()
+	enter := torture.Now()
 	sent := time.Now()
 	if l.Refresh(ctx, long) != nil {
 		return enter, ""
@@ -564,9 +553,9 @@ func raceRefresh(ctx context.Context, l *dlock.Lock, ttl time.Duration, first fu
 	time.Sleep(time.Until(sent.Add(long/3 - refreshDelay + rand.N(refreshDelay+200*time.Microsecond))))
 	rec := first(enter)
 	if l.Refresh(ctx, short) != nil {
-		return monoNow(), rec
+		return torture.Now(), rec
 	}
-	enter = monoNow()
+	enter = torture.Now()
 	time.Sleep(short + ttl/10)
 	return enter, rec
 }
