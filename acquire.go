@@ -20,16 +20,15 @@ import (
 //
 // The attempt is one round trip: one script checks, writes the lock hash with
 // its TTL and hands out the next fencing token atomically.
-func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
+func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (Lock, error) {
 	start := time.Now()
 	ac, err := c.prepare(ctx, name, opts)
-	var l *Lock
+	var l *redisLock
 	if err == nil {
 		l, _, err = c.attempt(ctx, name, c.keys(name), ac, newToken(), false)
 		l, err = c.afterClose(ctx, name, l, err)
 	}
-	c.cfg.observers.acquire(ctx, name, start, l, err)
-	return l, err
+	return c.acquired(ctx, name, start, l, err)
 }
 
 // Acquire takes the lock name, waiting while another holder has it: until
@@ -46,18 +45,27 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 // to Redis. A waiter also wakes when the holder's lease would run out (a
 // crashed holder releases nothing) and renews its place in line on a
 // jittered timer; a waiter that stops renewing (it crashed) is skipped.
-func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
+func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (Lock, error) {
 	start := time.Now()
 	l, err := c.acquire(ctx, name, opts)
 	l, err = c.afterClose(ctx, name, l, err)
+	return c.acquired(ctx, name, start, l, err)
+}
+
+// acquired reports an acquisition to the observers and returns its result,
+// with a nil Lock (not a nil *redisLock in a Lock) on error.
+func (c *Client) acquired(ctx context.Context, name string, start time.Time, l *redisLock, err error) (Lock, error) {
 	c.cfg.observers.acquire(ctx, name, start, l, err)
-	return l, err
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // afterClose releases a lock obtained while Close ran: Close has already
 // released what it knew of and stopped renewal, so nobody would renew or
 // release this one.
-func (c *Client) afterClose(ctx context.Context, name string, l *Lock, err error) (*Lock, error) {
+func (c *Client) afterClose(ctx context.Context, name string, l *redisLock, err error) (*redisLock, error) {
 	if l == nil || !c.closed.Load() {
 		return l, err
 	}
@@ -65,7 +73,7 @@ func (c *Client) afterClose(ctx context.Context, name string, l *Lock, err error
 	return nil, opError("acquire", name, ErrClosed)
 }
 
-func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption) (*Lock, error) {
+func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption) (*redisLock, error) {
 	ac, err := c.prepare(ctx, name, opts)
 	if err != nil {
 		return nil, err
@@ -150,7 +158,7 @@ type busy struct {
 // command was out) the script may have granted the lock all the same. That
 // grant is given back in the background, so that it does not block everyone
 // for a whole TTL.
-func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireConfig, token string, queue bool) (*Lock, busy, error) {
+func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireConfig, token string, queue bool) (*redisLock, busy, error) {
 	waiter := ""
 	if queue {
 		waiter = c.id
@@ -195,7 +203,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireCon
 	}
 	if !ok {
 		b := busy{ttl: time.Duration(n) * time.Millisecond, fence: holderFence}
-		return nil, b, &NotObtainedError{Name: name, HolderTTL: b.ttl}
+		return nil, b, opError("acquire", name, &NotObtainedError{Name: name, HolderTTL: b.ttl})
 	}
 	// Too few replicas is reported as such (the WAIT that came with the
 	// script may itself have made the reply late).
@@ -208,7 +216,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireCon
 		// the caller is told it did not get the lock. A waiter goes on
 		// waiting, with a fresh token.
 		c.giveBack(ctx, k, token, ac.ttl)
-		return nil, busy{}, &NotObtainedError{Name: name, late: took, lease: ac.ttl}
+		return nil, busy{}, opError("acquire", name, &NotObtainedError{Name: name, late: took, lease: ac.ttl})
 	}
 	l := c.newLock(ctx, name, k, token, n, ac, sent)
 	if ac.replicas > 0 {
@@ -306,7 +314,7 @@ const queueExpiry = 6 * time.Second
 // was lost since (the lease ran out while this process stalled, and somebody
 // else took the lock): it is ignored. A newer one happened after every busy
 // attempt, so its lease started after the last one was sent.
-func (c *Client) waitInLine(ctx, wctx context.Context, name string, k keys, ac acquireConfig, q *localQueue) (*Lock, error) {
+func (c *Client) waitInLine(ctx, wctx context.Context, name string, k keys, ac acquireConfig, q *localQueue) (*redisLock, error) {
 	sub, err := c.notify.subscribe(wctx, k.handoff+c.id)
 	if err != nil {
 		return nil, opError("acquire", name, redisError(err))
@@ -411,9 +419,9 @@ func handedTo(msg, token string) (int64, bool) {
 // lastSeen; when too little of it is known to be left, it is refreshed before
 // the caller starts work. An error matching ErrNotHeld means the hand-off's
 // lease ran out before it was confirmed: the caller waits on.
-func (c *Client) handedOver(ctx context.Context, name string, k keys, token string, fence int64, ac acquireConfig, lastSeen time.Time) (*Lock, error) {
+func (c *Client) handedOver(ctx context.Context, name string, k keys, token string, fence int64, ac acquireConfig, lastSeen time.Time) (*redisLock, error) {
 	l := c.newLock(ctx, name, k, token, fence, ac, lastSeen)
-	fail := func(err error) (*Lock, error) {
+	fail := func(err error) (*redisLock, error) {
 		// Nobody else can release this lock: do it before giving up, or it
 		// stays held and renewed with no owner.
 		_ = l.Release(context.WithoutCancel(ctx))
@@ -476,5 +484,5 @@ func (c *Client) gaveUp(ctx context.Context, name string, holder time.Duration) 
 	if c.closed.Load() {
 		return opError("acquire", name, ErrClosed)
 	}
-	return &NotObtainedError{Name: name, HolderTTL: holder, cause: ctx.Err(), waited: ctx.Err() == nil}
+	return opError("acquire", name, &NotObtainedError{Name: name, HolderTTL: holder, cause: ctx.Err(), waited: ctx.Err() == nil})
 }

@@ -13,9 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrNotLocked: nobody holds the lock (Inspect, ForceUnlock).
-var ErrNotLocked = errors.New("dlock: not locked")
-
 // LockInfo is what Redis says about one held lock, for operators: the CLI,
 // the admin view. It is a snapshot; the lock may change right after.
 type LockInfo struct {
@@ -107,7 +104,7 @@ func (c *Client) nameOf(key string) (string, bool) {
 	return rest[:len(rest)-1], true
 }
 
-// Inspect returns what Redis holds for the lock name, or ErrNotLocked.
+// Inspect returns what Redis holds for the lock name, or ErrNotHeld.
 func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	if err := checkName(name); err != nil {
 		return LockInfo{}, opError("inspect", name, err)
@@ -120,7 +117,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 		return LockInfo{}, opError("inspect", name, err)
 	}
 	if len(infos) == 0 {
-		return LockInfo{}, opError("inspect", name, ErrNotLocked)
+		return LockInfo{}, opError("inspect", name, ErrNotHeld)
 	}
 	return infos[0], nil
 }
@@ -165,7 +162,8 @@ func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error
 // the next waiter as a release would, and returns what it removed. Taking the
 // token the caller was shown (from Inspect or List) makes it a
 // compare-and-delete: a lock that changed hands since is left alone
-// (ErrNotHeld).
+// (ErrNotHeld, with the new holder's LockInfo); a lock nobody holds gives
+// ErrNotHeld and an empty LockInfo.
 //
 // It breaks mutual exclusion if the holder is alive: the holder learns at its
 // next renewal and its context is cancelled, but work it does until then
@@ -173,7 +171,10 @@ func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error
 func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo, error) {
 	info, err := c.Inspect(ctx, name)
 	if err != nil {
-		return LockInfo{}, err
+		// Nobody holds it: ErrNotHeld with an empty LockInfo, which tells
+		// "released since" from "changed hands" (a LockInfo of the new
+		// holder).
+		return LockInfo{}, opError("force unlock", name, errors.Unwrap(err))
 	}
 	if info.Token != token {
 		return info, opError("force unlock", name, ErrNotHeld)

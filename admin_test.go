@@ -47,8 +47,8 @@ func TestListAndInspect(t *testing.T) {
 		info.Fence <= 0 || len(info.TokenPrefix()) != 8 || info.Age(time.Now()) > time.Minute || info.Key != "dlock:{order:1}" {
 		t.Fatalf("Inspect = %+v", info)
 	}
-	if _, err := c.Inspect(bg, "order:99"); !errors.Is(err, dlock.ErrNotLocked) {
-		t.Fatalf("Inspect of a free lock: %v, want ErrNotLocked", err)
+	if _, err := c.Inspect(bg, "order:99"); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Inspect of a free lock: %v, want ErrNotHeld", err)
 	}
 	if _, err := c.Inspect(bg, "not-a-lock"); !errors.Is(err, dlock.ErrWrongType) {
 		t.Fatalf("Inspect of a string key: %v, want ErrWrongType", err)

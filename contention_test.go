@@ -66,7 +66,7 @@ func TestContentionGoroutines(t *testing.T) {
 		// Each goroutine has its own connection, as separate processes do.
 		own := redis.NewClient(&redis.Options{Addr: srv, PoolSize: 1})
 		t.Cleanup(func() { _ = own.Close() })
-		c := dlock.New(own)
+		c := dlock.MustNew(own)
 		t.Cleanup(func() { _ = c.Close(bg) })
 		wg.Go(func() { errs <- increment(c, own, n) })
 	}
@@ -118,7 +118,7 @@ func helperProcess() int {
 	switch os.Getenv(helperEnv) {
 	case "increment":
 		n, _ := strconv.Atoi(os.Getenv("COUNT"))
-		c := dlock.New(rdb)
+		c := dlock.MustNew(rdb)
 		defer c.Close(bg)
 		if err := increment(c, rdb, n); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)

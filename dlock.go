@@ -5,7 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"strings"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +36,7 @@ type Client struct {
 	bg      sync.WaitGroup // grants given back after a lost reply; Add under hmu
 
 	hmu  sync.Mutex
-	held map[*Lock]struct{} // locks not yet released or lost, for Close
+	held map[*redisLock]struct{} // locks not yet released or lost, for Close
 	// bgClosed: Close is waiting for bg, so no more may start.
 	bgClosed bool
 
@@ -57,27 +57,53 @@ var (
 // ContextTimeoutEnabled: set it, so that a call on a blackholed connection
 // returns by the caller's deadline rather than after ReadTimeout.
 //
-// An invalid option does not panic: every call on the Client returns its error.
-func New(rdb redis.UniversalClient, opts ...Option) *Client {
+// New returns an error matching ErrInvalidOption or ErrInvalidTTL, naming
+// the option, when an option is invalid or rdb is nil; nothing is started
+// then. Every constructor in dlock and its packages follows this rule:
+// invalid configuration is an error from the constructor, never a panic
+// and never an error discovered at first use. MustNew is the shorthand for
+// options fixed in the program.
+func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
+	if rdb == nil {
+		cfg.fail(fmt.Errorf("%w: no Redis client", ErrInvalidOption))
+	}
+	if err := cfg.checkTTL(cfg.defaultTTL); err != nil {
+		cfg.fail(fmt.Errorf("default TTL: %w", err))
+	}
+	if cfg.err != nil {
+		return nil, opError("new", "", cfg.err)
+	}
 	c := &Client{
 		rdb: rdb, cfg: cfg, id: newToken()[:16],
 		notify: newNotifier(rdb), queues: map[string]*localQueue{},
-		held: map[*Lock]struct{}{},
+		held: map[*redisLock]struct{}{},
 	}
 	c.renewer = newRenewer(c)
 	c.closing, c.closeWaits = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// MustNew is New for options fixed in the program: it panics where New
+// returns an error, like regexp.MustCompile. Options read from
+// configuration or flags belong in New.
+func MustNew(rdb redis.UniversalClient, opts ...Option) *Client {
+	c, err := New(rdb, opts...)
+	if err != nil {
+		panic(err)
+	}
 	return c
 }
 
 // Close releases the locks this client still holds, stops its background
 // work (renewal, wake-ups) and waits for it. Waits under way end, and
 // acquisitions after Close fail, with ErrClosed; a lock obtained while Close
-// ran is released again. ctx bounds the releases; a lock that could not be released
-// expires with its TTL. The error joins the failed releases.
+// ran is released again. The releases run on a context made as Release's
+// (see cleanupContext); a lock that could not be released expires with its
+// TTL. The error joins the failed releases.
 //
 // The background work Close waits for includes tokens being given back
 // (each try bounded by the release timeout) and the one-time check of the
@@ -88,12 +114,12 @@ func (c *Client) Close(ctx context.Context) error {
 	c.closed.Store(true)
 	c.closeWaits()
 	c.hmu.Lock()
-	locks := make([]*Lock, 0, len(c.held))
+	locks := make([]*redisLock, 0, len(c.held))
 	for l := range c.held {
 		locks = append(locks, l)
 	}
 	c.hmu.Unlock()
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.releaseTimeout)
+	rctx, cancel := c.cleanupContext(ctx)
 	defer cancel()
 	var errs []error
 	for _, l := range locks {
@@ -110,13 +136,13 @@ func (c *Client) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (c *Client) track(l *Lock) {
+func (c *Client) track(l *redisLock) {
 	c.hmu.Lock()
 	c.held[l] = struct{}{}
 	c.hmu.Unlock()
 }
 
-func (c *Client) untrack(l *Lock) {
+func (c *Client) untrack(l *redisLock) {
 	c.hmu.Lock()
 	delete(c.held, l)
 	c.hmu.Unlock()
@@ -169,28 +195,21 @@ func newToken() string {
 // ms converts a duration to whole milliseconds for PX/PEXPIRE.
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
-// redisError maps an error from Redis to dlock's sentinels where one fits.
-func redisError(err error) error {
-	if err != nil && strings.Contains(err.Error(), "WRONGTYPE") {
-		return &wrongTypeError{err: err}
+// cleanupContext is the context of a release (Release, Close): ctx's values
+// (trace ids), the release timeout, and ctx's deadline and cancellation
+// while ctx is live. A ctx that has already ended gives no bound: cleanup
+// after cancellation is the usual case (a deferred Release at the end of a
+// cancelled request) and must still run.
+func (c *Client) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
 	}
-	return err
+	return context.WithTimeout(ctx, c.cfg.releaseTimeout)
 }
 
-type wrongTypeError struct{ err error }
-
-func (e *wrongTypeError) Error() string {
-	return ErrWrongType.Error() + " (" + e.err.Error() + ")"
-}
-func (e *wrongTypeError) Is(target error) bool { return target == ErrWrongType }
-func (e *wrongTypeError) Unwrap() error        { return e.err }
-
-// checkUsable reports why no call may run now: an invalid option, a closed
-// client, or a context that has already ended.
+// checkUsable reports why no call may run now: a closed client, or a
+// context that has already ended.
 func (c *Client) checkUsable(ctx context.Context) error {
-	if c.cfg.err != nil {
-		return c.cfg.err
-	}
 	if c.closed.Load() {
 		return ErrClosed
 	}

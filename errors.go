@@ -3,12 +3,18 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// Sentinel errors, matched with errors.Is. Errors returned by dlock wrap them
-// with the operation and the lock's name.
+// Sentinel errors, matched with errors.Is: one per meaning. Every error a
+// Client returns is an *Error that names the operation and the lock, and
+// wraps one of them or the error Redis or the network gave.
 var (
 	// ErrNotObtained: the lock is held by someone else and this call gave up.
 	// The concrete error is a *NotObtainedError, which tells how long the
@@ -50,17 +56,95 @@ var (
 	// ErrWrongType: the lock's key in Redis holds a value dlock did not write
 	// (Redis answered WRONGTYPE). Nothing was changed.
 	ErrWrongType = errors.New("dlock: key holds a value of another type")
+
+	// ErrUnavailable matches failures to reach a working Redis: the network
+	// (refused, reset, timed out, closed), go-redis' pool (timed out or
+	// closed), and servers that cannot serve now (LOADING, MASTERDOWN,
+	// CLUSTERDOWN, TRYAGAIN, READONLY, BUSY, NOREPLICAS). The outcome of the
+	// operation may be unknown; retrying later may help.
+	ErrUnavailable = errors.New("dlock: redis unavailable")
+
+	// ErrUnsupportedServer: the Redis server is too old for dlock's scripts
+	// (or, in a Cluster, for its shard channels). The error names the
+	// version found and the version needed; every acquisition on the Client
+	// returns it.
+	ErrUnsupportedServer = errors.New("dlock: unsupported redis server")
+
+	// ErrNotReplicated: WithReplicas asked for more replica acknowledgements
+	// than arrived in time. The lock was released again; the error wraps a
+	// *ReplicaError.
+	ErrNotReplicated = errors.New("dlock: not replicated")
 )
 
-// NotObtainedError is returned when another holder has the lock. It matches
-// ErrNotObtained, and also the context's error when the context ended the
-// wait, so callers can tell "busy" from "gave up because cancelled".
+// Error is the error of one operation on one lock. Every error a Client or
+// a Lock returns is one (errors.As finds it), or a join of them.
+type Error struct {
+	// Op is the operation: "acquire", "release", "refresh", "ttl", "do",
+	// "inspect", "force unlock", "list", "new", "close".
+	Op string
+	// Name is the lock's name; empty when the operation concerns no single
+	// lock (List, New, Close).
+	Name string
+	// Err is what went wrong: one of the sentinels, a *NotObtainedError, a
+	// *ReplicaError, or what Redis or the network returned.
+	Err error
+}
+
+func (e *Error) Error() string {
+	msg := strings.TrimPrefix(e.Err.Error(), "dlock: ")
+	if e.Name == "" {
+		return "dlock: " + e.Op + ": " + msg
+	}
+	return fmt.Sprintf("dlock: %s %q: %s", e.Op, e.Name, msg)
+}
+
+// Unwrap returns Err.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrUnavailable) true when Err is a network, pool
+// or server-unavailable failure.
+func (e *Error) Is(target error) bool {
+	return target == ErrUnavailable && unavailable(e.Err)
+}
+
+// opError names the operation and the lock that failed.
+func opError(op, name string, err error) error {
+	return &Error{Op: op, Name: name, Err: err}
+}
+
+// unavailable reports whether err says Redis could not be reached or could
+// not serve: the failures worth retrying later, as opposed to bad input, a
+// busy lock, or a lock that is not ours.
+func unavailable(err error) bool {
+	var nerr net.Error
+	switch {
+	case err == nil, errors.Is(err, ErrUnavailable):
+		return err != nil
+	case errors.As(err, &nerr),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
+		return true
+	}
+	for _, prefix := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY", "NOREPLICAS"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// NotObtainedError is returned, wrapped in an *Error, when another holder has
+// the lock. It matches ErrNotObtained, and also the context's error when the
+// context ended the wait, so callers can tell "busy" from "gave up because
+// cancelled".
 type NotObtainedError struct {
 	// Name is the lock's name.
 	Name string
 	// HolderTTL is the holder's remaining lease as Redis reported it on the
-	// last attempt: a good Retry-After. Negative when the key has no expiry,
-	// which only happens when something other than dlock wrote it.
+	// last attempt: a good Retry-After, though a holder that is still
+	// working renews it. Zero when unknown; negative when the key has no
+	// expiry, which only happens when something other than dlock wrote it.
 	HolderTTL time.Duration
 
 	cause  error // the context's error, when it ended the wait
@@ -72,13 +156,14 @@ type NotObtainedError struct {
 
 func (e *NotObtainedError) Error() string {
 	if e.late > 0 {
-		return fmt.Sprintf("dlock: not obtained: lock %q: the reply granting it came %v after it was sent, past the deadline of its %v lease; the grant was given back",
-			e.Name, e.late.Round(time.Millisecond), e.lease)
+		return fmt.Sprintf("dlock: not obtained: the reply granting it came %v after it was sent, past the deadline of its %v lease; the grant was given back",
+			e.late.Round(time.Millisecond), e.lease)
 	}
-	msg := fmt.Sprintf("dlock: not obtained: lock %q is held by another owner", e.Name)
-	if e.HolderTTL >= 0 {
-		msg += fmt.Sprintf(" for another %v", e.HolderTTL)
-	} else {
+	msg := "dlock: not obtained: held by another owner"
+	switch {
+	case e.HolderTTL > 0:
+		msg += fmt.Sprintf(" (lease left %v, renewed while the holder works)", e.HolderTTL)
+	case e.HolderTTL < 0:
 		msg += " with no expiry"
 	}
 	if e.cause != nil {
@@ -93,19 +178,43 @@ func (e *NotObtainedError) Is(target error) bool { return target == ErrNotObtain
 // Unwrap returns the context's error when it ended the wait.
 func (e *NotObtainedError) Unwrap() error { return e.cause }
 
-// opError names the operation and the lock that failed. It keeps one
-// "dlock:" prefix in the text even when err is one of ours.
-func opError(op, name string, err error) error {
-	return &lockOpError{op: op, name: name, err: err}
+// ReplicaError tells how many replicas acknowledged a new lock in time
+// (WithReplicas). It matches ErrNotReplicated.
+type ReplicaError struct {
+	Acked      int64
+	Want       int
+	Timeout    time.Duration
+	releaseErr error // releasing the unconfirmed lock failed too
 }
 
-type lockOpError struct {
-	op, name string
-	err      error
+func (e *ReplicaError) Error() string {
+	msg := fmt.Sprintf("dlock: not replicated: %d of %d replicas acknowledged within %v; lock released", e.Acked, e.Want, e.Timeout)
+	if e.releaseErr != nil {
+		msg = fmt.Sprintf("dlock: not replicated: %d of %d replicas acknowledged within %v; releasing it failed too (%v), it expires with its TTL",
+			e.Acked, e.Want, e.Timeout, e.releaseErr)
+	}
+	return msg
 }
 
-func (e *lockOpError) Error() string {
-	return fmt.Sprintf("dlock: %s %q: %s", e.op, e.name, strings.TrimPrefix(e.err.Error(), "dlock: "))
-}
+// Is makes errors.Is(err, ErrNotReplicated) true.
+func (e *ReplicaError) Is(target error) bool { return target == ErrNotReplicated }
 
-func (e *lockOpError) Unwrap() error { return e.err }
+// Unwrap returns the error of releasing the unconfirmed lock, if that failed.
+func (e *ReplicaError) Unwrap() error { return e.releaseErr }
+
+// wrongTypeError is Redis' WRONGTYPE reply, matching ErrWrongType.
+type wrongTypeError struct{ err error }
+
+func (e *wrongTypeError) Error() string {
+	return ErrWrongType.Error() + " (" + e.err.Error() + ")"
+}
+func (e *wrongTypeError) Is(target error) bool { return target == ErrWrongType }
+func (e *wrongTypeError) Unwrap() error        { return e.err }
+
+// redisError maps an error from Redis to dlock's sentinels where one fits.
+func redisError(err error) error {
+	if err != nil && strings.Contains(err.Error(), "WRONGTYPE") {
+		return &wrongTypeError{err: err}
+	}
+	return err
+}

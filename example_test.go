@@ -17,7 +17,7 @@ func Example() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	locker := dlock.New(rdb)
+	locker := dlock.MustNew(rdb)
 	defer locker.Close(ctx)
 
 	lock, err := locker.TryAcquire(ctx, "order:42", dlock.WithTTL(10*time.Second))
@@ -42,7 +42,7 @@ func ExampleNotObtainedError() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
-	locker := dlock.New(rdb)
+	locker := dlock.MustNew(rdb)
 	defer locker.Close(ctx)
 
 	first, _ := locker.TryAcquire(ctx, "report:daily", dlock.WithTTL(time.Minute))
@@ -63,7 +63,7 @@ func ExampleLock_Release() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
-	locker := dlock.New(rdb)
+	locker := dlock.MustNew(rdb)
 	defer locker.Close(ctx)
 
 	// A fixed lease, so the stall below outlives it (renewal would keep a
@@ -89,7 +89,7 @@ func ExampleClient_Do() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
-	locker := dlock.New(rdb)
+	locker := dlock.MustNew(rdb)
 	defer locker.Close(ctx)
 
 	err := locker.Do(ctx, "job:nightly", func(ctx context.Context) error {
@@ -108,7 +108,7 @@ func ExampleClient_Acquire() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
-	locker := dlock.New(rdb)
+	locker := dlock.MustNew(rdb)
 	defer locker.Close(ctx)
 
 	first, _ := locker.TryAcquire(ctx, "stock:sku-1")

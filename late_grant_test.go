@@ -46,12 +46,12 @@ func TestLateGrantNotReturned(t *testing.T) {
 			}})
 			a, b := newLocker(t, slow), newLocker(t, rdb)
 			type result struct {
-				l   *dlock.Lock
+				l   dlock.Lock
 				err error
 			}
 			got := make(chan result, 1)
 			go func() {
-				var l *dlock.Lock
+				var l dlock.Lock
 				var err error
 				if mode == "waiting" {
 					l, err = a.Acquire(bg, name, dlock.WithTTL(ttl), dlock.WithWait(5*time.Second))
@@ -139,7 +139,7 @@ func TestLateGrantInLine(t *testing.T) {
 	}})
 	a := newLocker(t, slow)
 	type result struct {
-		l   *dlock.Lock
+		l   dlock.Lock
 		err error
 	}
 	got := make(chan result, 1)
@@ -196,7 +196,7 @@ func TestLateGrantWithTooFewReplicas(t *testing.T) {
 
 // takeOnceFree takes name with c, with a long TTL, as soon as the lock is
 // free (the late grant's lease ran out), trying every 10 ms for up to 5 s.
-func takeOnceFree(t *testing.T, c *dlock.Client, name string) *dlock.Lock {
+func takeOnceFree(t *testing.T, c *dlock.Client, name string) dlock.Lock {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		l, err := c.TryAcquire(bg, name, dlock.WithTTL(10*time.Second))

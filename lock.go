@@ -17,7 +17,7 @@ import (
 //
 // A Lock is renewed in the background (unless acquired WithoutRenewal) and
 // has a context of its own, cancelled the moment the lock ends: see Context.
-type Lock struct {
+type redisLock struct {
 	c       *Client
 	name    string
 	keys    keys
@@ -68,8 +68,8 @@ const (
 	lost
 )
 
-func (c *Client) newLock(ctx context.Context, name string, k keys, token string, fence int64, ac acquireConfig, sent time.Time) *Lock {
-	l := &Lock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, start: sent, ttl: ac.ttl,
+func (c *Client) newLock(ctx context.Context, name string, k keys, token string, fence int64, ac acquireConfig, sent time.Time) *redisLock {
+	l := &redisLock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, start: sent, ttl: ac.ttl,
 		leased: sent, until: leaseEnd(sent, ac.ttl), index: -1}
 	if ac.maxHold > 0 {
 		l.maxHold, l.hold = ac.maxHold, sent.Add(ac.maxHold)
@@ -90,12 +90,12 @@ func (c *Client) newLock(ctx context.Context, name string, k keys, token string,
 }
 
 // Name returns the lock's name as given to Acquire.
-func (l *Lock) Name() string { return l.name }
+func (l *redisLock) Name() string { return l.name }
 
 // Token returns this acquisition's random token (128 bits, hex). It is a
 // secret of the holder: whoever knows it can release the lock, so do not log
 // it in full.
-func (l *Lock) Token() string { return l.token }
+func (l *redisLock) Token() string { return l.token }
 
 // Fence returns this acquisition's fencing token. Fences of one name grow
 // with every acquisition, also across expiry, a Redis restarted empty and a
@@ -103,7 +103,7 @@ func (l *Lock) Token() string { return l.token }
 // and at least the Redis server's clock in µs. A
 // resource that remembers the largest fence it has seen, and refuses writes
 // with a smaller one, is safe from a holder whose lease ran out unnoticed.
-func (l *Lock) Fence() int64 { return l.fence }
+func (l *redisLock) Fence() int64 { return l.fence }
 
 // Context returns the lock's context: cancelled when the lock ends. Pass it
 // to the work the lock protects. context.Cause tells why it ended:
@@ -119,7 +119,7 @@ func (l *Lock) Fence() int64 { return l.fence }
 // A holder paused (GC, SIGSTOP, a VM freeze) past its deadline finds the
 // context cancelled as soon as it runs again, without a network round trip;
 // but what it did during the pause is unprotected: use fencing for writes.
-func (l *Lock) Context() context.Context {
+func (l *redisLock) Context() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil {
@@ -133,10 +133,7 @@ func (l *Lock) Context() context.Context {
 
 // TTL returns the remaining lease as Redis sees it. It returns ErrNotHeld when
 // the lock is no longer ours.
-func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	if l == nil {
-		return 0, ErrNotHeld
-	}
+func (l *redisLock) TTL(ctx context.Context) (time.Duration, error) {
 	if l.is(released) {
 		return 0, opError("ttl", l.name, ErrNotHeld)
 	}
@@ -159,10 +156,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 //
 // A refresh whose answer arrives after the lease deadline passed reports
 // ErrNotHeld: the lock's context has ended by then.
-func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
-	if l == nil {
-		return ErrNotHeld
-	}
+func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := l.c.cfg.checkTTL(ttl); err != nil {
 		return opError("refresh", l.name, err)
 	}
@@ -201,20 +195,19 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // (released before, expired, or taken by another holder); then nothing in
 // Redis is changed.
 //
-// Release stops renewal first, then runs on a context of its own bounded by
-// the client's release timeout, so a deferred Release works even when ctx is
-// already cancelled. Values of ctx (trace ids) are kept.
-func (l *Lock) Release(ctx context.Context) error {
-	if l == nil { // the result of a failed acquire: nothing to release
-		return ErrNotHeld
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.cfg.releaseTimeout)
+// Release stops renewal first, then runs on cleanupContext(ctx): bounded by
+// the client's release timeout and by ctx while ctx is live, but not stopped
+// by a ctx that had already ended when Release was called, so a deferred
+// Release works after the request's context was cancelled. Close follows
+// the same rule.
+func (l *redisLock) Release(ctx context.Context) error {
+	rctx, cancel := l.c.cleanupContext(ctx)
 	defer cancel()
 	return l.release(rctx)
 }
 
 // release is Release on the caller's context as it is.
-func (l *Lock) release(ctx context.Context) error {
+func (l *redisLock) release(ctx context.Context) error {
 	l.releaseMu.Lock()
 	defer l.releaseMu.Unlock()
 	if l.is(released) {
@@ -279,24 +272,24 @@ const releaseRecordTTL = 30 * time.Second
 
 // refreshScript runs the owner-checked refresh whatever the local state. It
 // reports what Redis answered; the caller confirms the lease.
-func (l *Lock) refreshScript(ctx context.Context, ttl time.Duration) (bool, error) {
+func (l *redisLock) refreshScript(ctx context.Context, ttl time.Duration) (bool, error) {
 	ok, err := scripts.Refresh.Run(ctx, l.c.rdb, []string{l.keys.lock}, l.token, ms(ttl)).Int64()
 	return err == nil && ok == 1, err
 }
 
-func (l *Lock) setReleasing(v bool) {
+func (l *redisLock) setReleasing(v bool) {
 	l.mu.Lock()
 	l.releasing = v
 	l.mu.Unlock()
 }
 
-func (l *Lock) isReleasing() bool {
+func (l *redisLock) isReleasing() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.releasing
 }
 
-func (l *Lock) is(s lockState) bool {
+func (l *redisLock) is(s lockState) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state == s
@@ -313,7 +306,7 @@ func leaseMargin(ttl time.Duration) time.Duration {
 // limit (WithMaxHold) at the latest: such a lease is the last one, and its
 // deadline ends the lock. It reports false when the limit leaves no whole
 // millisecond. l.mu must be held.
-func (l *Lock) capAtHold(now time.Time, ttl time.Duration) (time.Duration, bool) {
+func (l *redisLock) capAtHold(now time.Time, ttl time.Duration) (time.Duration, bool) {
 	if l.hold.IsZero() {
 		return ttl, true
 	}
@@ -332,13 +325,13 @@ func leaseEnd(sent time.Time, ttl time.Duration) time.Time {
 }
 
 // leaseLeft is how long the lease is known to be ours. l.mu must be held.
-func (l *Lock) leaseLeft() time.Duration { return time.Until(l.until) }
+func (l *redisLock) leaseLeft() time.Duration { return time.Until(l.until) }
 
 // confirm records a lease of ttl that Redis confirmed, sent at sent, and
 // moves the deadline if the lease ends later than the one known. setTTL makes
 // ttl the one later renewals ask for (a Refresh). A confirmation that arrives
 // after the lock ended does not revive it: it reports false.
-func (l *Lock) confirm(sent time.Time, ttl time.Duration, setTTL bool) bool {
+func (l *redisLock) confirm(sent time.Time, ttl time.Duration, setTTL bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != held {
@@ -358,7 +351,7 @@ func (l *Lock) confirm(sent time.Time, ttl time.Duration, setTTL bool) bool {
 }
 
 // leaseEnded runs on the deadline timer: no renewal was confirmed in time.
-func (l *Lock) leaseEnded() {
+func (l *redisLock) leaseEnded() {
 	l.mu.Lock()
 	if l.state != held {
 		l.mu.Unlock()
@@ -386,13 +379,13 @@ func (l *Lock) leaseEnded() {
 }
 
 // lose marks the lock lost and cancels its context with cause.
-func (l *Lock) lose(reason string, cause error) {
+func (l *redisLock) lose(reason Reason, cause error) {
 	l.end(lost, reason, cause)
 }
 
 // end moves a held lock to released or lost, once; a loss is reported to
 // the observers.
-func (l *Lock) end(to lockState, reason string, cause error) {
+func (l *redisLock) end(to lockState, reason Reason, cause error) {
 	l.mu.Lock()
 	from := l.state
 	if from == released || (from == lost && to == lost) {

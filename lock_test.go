@@ -15,7 +15,7 @@ import (
 
 var bg = context.Background()
 
-func mustAcquire(t *testing.T, c *dlock.Client, name string, opts ...dlock.AcquireOption) *dlock.Lock {
+func mustAcquire(t *testing.T, c *dlock.Client, name string, opts ...dlock.AcquireOption) dlock.Lock {
 	t.Helper()
 	l, err := c.TryAcquire(bg, name, opts...)
 	if err != nil {

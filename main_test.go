@@ -33,7 +33,7 @@ func setup(t *testing.T, opts ...dlock.Option) (*dlock.Client, *redis.Client, *r
 // newLocker returns a dlock client closed at the end of the test, so no
 // renewal or wake-up goroutine outlives it.
 func newLocker(t testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
-	c := dlock.New(rdb, opts...)
+	c := dlock.MustNew(rdb, opts...)
 	t.Cleanup(func() { _ = c.Close(bg) })
 	return c
 }

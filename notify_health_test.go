@@ -170,7 +170,7 @@ func (s *scriptRuns) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 type acquired struct {
-	l   *dlock.Lock
+	l   dlock.Lock
 	err error
 }
 
@@ -186,7 +186,7 @@ func acquireAsync(c *dlock.Client, name string, opts ...dlock.AcquireOption) <-c
 	return res
 }
 
-func await(t *testing.T, what string, res <-chan acquired, limit time.Duration) *dlock.Lock {
+func await(t *testing.T, what string, res <-chan acquired, limit time.Duration) dlock.Lock {
 	t.Helper()
 	select {
 	case r := <-res:
@@ -226,7 +226,7 @@ func tapClient(t *testing.T, srv *redistest.Server, tap *pubsubTap, hooks ...red
 	for _, h := range hooks {
 		rdb.AddHook(h)
 	}
-	c := dlock.New(rdb)
+	c := dlock.MustNew(rdb)
 	t.Cleanup(func() { _ = c.Close(bg); _ = rdb.Close() })
 	return c
 }
@@ -374,7 +374,7 @@ func TestClusterHungPubSub(t *testing.T) {
 	})
 	runs := &scriptRuns{}
 	wrdb.AddHook(runs)
-	w := dlock.New(wrdb)
+	w := dlock.MustNew(wrdb)
 	t.Cleanup(func() { _ = w.Close(bg); _ = wrdb.Close() })
 	other := newLocker(t, cs.ClusterClient(t))
 

@@ -12,6 +12,10 @@ import (
 // the caller's goroutine, or on the renewal loop's: they must be quick and
 // must not block or call back into the Client. Events carry the lock's name,
 // never its token.
+//
+// Every Observer embeds BaseObserver (the interface asks for a method only
+// it has), so an event added in a later version reaches existing observers
+// as a no-op instead of breaking their build.
 type Observer interface {
 	// OnAcquire follows every Acquire and TryAcquire, successful or not.
 	OnAcquire(ctx context.Context, e AcquireEvent)
@@ -22,29 +26,65 @@ type Observer interface {
 	// OnRelease follows every Release, also one that failed with a Redis
 	// error (ResultError: the lock may still be held, the caller may retry).
 	OnRelease(ctx context.Context, e ReleaseEvent)
+
+	baseObserver()
 }
 
-// Results and reasons, as label values: short, lower case, a fixed set.
+// BaseObserver implements Observer with methods that do nothing. Embed it in
+// an observer and override the events it cares about.
+type BaseObserver struct{}
+
+func (BaseObserver) OnAcquire(context.Context, AcquireEvent) {}
+func (BaseObserver) OnRenew(RenewEvent)                      {}
+func (BaseObserver) OnLost(LostEvent)                        {}
+func (BaseObserver) OnRelease(context.Context, ReleaseEvent) {}
+func (BaseObserver) baseObserver()                           {}
+
+// Result is the outcome of an acquisition, renewal or release, as a label
+// value: short, lower case, one of a fixed set.
+type Result string
+
+// Reason is why a held lock was lost, as a label value.
+type Reason string
+
+// Results and reasons.
 const (
-	ResultAcquired  = "acquired"  // the lock was taken
-	ResultBusy      = "busy"      // held by another; a single attempt gave up
-	ResultTimeout   = "timeout"   // the wait limit or ctx's deadline passed
-	ResultCancelled = "cancelled" // ctx was cancelled
-	ResultError     = "error"     // Redis failed, or bad input
+	ResultAcquired  Result = "acquired"  // the lock was taken
+	ResultBusy      Result = "busy"      // held by another; a single attempt gave up
+	ResultTimeout   Result = "timeout"   // the wait limit or ctx's deadline passed
+	ResultCancelled Result = "cancelled" // ctx was cancelled
+	ResultError     Result = "error"     // Redis failed, or bad input
 
-	ResultOK      = "ok"       // renewed, or released
-	ResultLost    = "lost"     // a renewal found the lock gone
-	ResultNotHeld = "not_held" // released, but it was no longer ours
+	ResultOK      Result = "ok"       // renewed, or released
+	ResultLost    Result = "lost"     // a renewal found the lock gone
+	ResultNotHeld Result = "not_held" // released, but it was no longer ours
 
-	ReasonTakenOver = "taken_over" // the token in Redis was gone or another's
-	ReasonExpired   = "expired"    // no renewal confirmed before the lease deadline
-	ReasonHoldLimit = "hold_limit" // WithMaxHold ended it
+	ReasonTakenOver Reason = "taken_over" // the token in Redis was gone or another's
+	ReasonExpired   Reason = "expired"    // no renewal confirmed before the lease deadline
+	ReasonHoldLimit Reason = "hold_limit" // WithMaxHold ended it
 )
+
+// AcquireResults, RenewResults, ReleaseResults and LostReasons list every
+// value each event can carry, for observers that create their series up
+// front (a counter that starts at zero shows in a graph; a missing one does
+// not).
+func AcquireResults() []Result {
+	return []Result{ResultAcquired, ResultBusy, ResultTimeout, ResultCancelled, ResultError}
+}
+
+// RenewResults lists the results of RenewEvent.
+func RenewResults() []Result { return []Result{ResultOK, ResultLost, ResultError} }
+
+// ReleaseResults lists the results of ReleaseEvent.
+func ReleaseResults() []Result { return []Result{ResultOK, ResultNotHeld, ResultError} }
+
+// LostReasons lists the reasons of LostEvent.
+func LostReasons() []Reason { return []Reason{ReasonTakenOver, ReasonExpired, ReasonHoldLimit} }
 
 // AcquireEvent is one Acquire or TryAcquire.
 type AcquireEvent struct {
 	Name   string
-	Result string        // ResultAcquired, ResultBusy, ResultTimeout, ResultCancelled, ResultError
+	Result Result        // ResultAcquired, ResultBusy, ResultTimeout, ResultCancelled, ResultError
 	Wait   time.Duration // from the call to its result
 	Fence  int64         // the fence handed out, when acquired
 	Err    error         // the error returned, unless acquired
@@ -53,14 +93,14 @@ type AcquireEvent struct {
 // RenewEvent is one background renewal of a lock.
 type RenewEvent struct {
 	Name   string
-	Result string // ResultOK, ResultLost, ResultError
+	Result Result // ResultOK, ResultLost, ResultError
 	Err    error  // the Redis error, for ResultError
 }
 
 // LostEvent is the loss of a held lock.
 type LostEvent struct {
 	Name   string
-	Reason string        // ReasonTakenOver, ReasonExpired, ReasonHoldLimit
+	Reason Reason        // ReasonTakenOver, ReasonExpired, ReasonHoldLimit
 	Held   time.Duration // from acquisition to the loss
 	Cause  error         // the cause given to the lock's context
 }
@@ -68,7 +108,7 @@ type LostEvent struct {
 // ReleaseEvent is one Release.
 type ReleaseEvent struct {
 	Name   string
-	Result string        // ResultOK, ResultNotHeld, ResultError
+	Result Result        // ResultOK, ResultNotHeld, ResultError
 	Held   time.Duration // from acquisition to the release
 	// AfterLoss: the lock had been reported lost before (an OnLost event),
 	// so this release does not end a held lock a second time.
@@ -102,7 +142,7 @@ func WithLogger(l *slog.Logger) Option {
 // observers fans events out; a nil observers costs one length check.
 type observers []Observer
 
-func (os observers) acquire(ctx context.Context, name string, start time.Time, l *Lock, err error) {
+func (os observers) acquire(ctx context.Context, name string, start time.Time, l *redisLock, err error) {
 	if len(os) == 0 {
 		return
 	}
@@ -147,14 +187,17 @@ func (os observers) release(ctx context.Context, e ReleaseEvent) {
 }
 
 // logObserver is WithLogger.
-type logObserver struct{ l *slog.Logger }
+type logObserver struct {
+	BaseObserver
+	l *slog.Logger
+}
 
 func (o logObserver) OnAcquire(ctx context.Context, e AcquireEvent) {
 	level := slog.LevelDebug
 	if e.Result == ResultError {
 		level = slog.LevelWarn
 	}
-	attrs := []slog.Attr{slog.String("lock", e.Name), slog.String("result", e.Result), slog.Duration("wait", e.Wait)}
+	attrs := []slog.Attr{slog.String("lock", e.Name), slog.String("result", string(e.Result)), slog.Duration("wait", e.Wait)}
 	if e.Result == ResultAcquired {
 		attrs = append(attrs, slog.Int64("fence", e.Fence))
 	} else if e.Err != nil {
@@ -167,7 +210,7 @@ func (o logObserver) OnRenew(e RenewEvent) {
 	if e.Result == ResultOK {
 		return // thousands a second with many locks: nothing to act on
 	}
-	attrs := []slog.Attr{slog.String("lock", e.Name), slog.String("result", e.Result)}
+	attrs := []slog.Attr{slog.String("lock", e.Name), slog.String("result", string(e.Result))}
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}
@@ -176,7 +219,7 @@ func (o logObserver) OnRenew(e RenewEvent) {
 
 func (o logObserver) OnLost(e LostEvent) {
 	o.l.LogAttrs(context.Background(), slog.LevelWarn, "dlock lock lost",
-		slog.String("lock", e.Name), slog.String("reason", e.Reason),
+		slog.String("lock", e.Name), slog.String("reason", string(e.Reason)),
 		slog.Duration("held", e.Held), slog.String("cause", e.Cause.Error()))
 }
 
@@ -185,7 +228,7 @@ func (o logObserver) OnRelease(ctx context.Context, e ReleaseEvent) {
 	if e.Result == ResultError || (e.Result == ResultNotHeld && !e.AfterLoss) {
 		level = slog.LevelWarn
 	}
-	attrs := []slog.Attr{slog.String("lock", e.Name), slog.String("result", e.Result), slog.Duration("held", e.Held)}
+	attrs := []slog.Attr{slog.String("lock", e.Name), slog.String("result", string(e.Result)), slog.Duration("held", e.Held)}
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}

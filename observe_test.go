@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 // recorder keeps every event it is given.
 type recorder struct {
+	dlock.BaseObserver
 	mu       sync.Mutex
 	acquires []dlock.AcquireEvent
 	renews   []dlock.RenewEvent
@@ -43,10 +45,10 @@ func (r *recorder) OnRelease(_ context.Context, e dlock.ReleaseEvent) {
 	r.releases = append(r.releases, e)
 }
 
-func (r *recorder) acquireResults() []string {
+func (r *recorder) acquireResults() []dlock.Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []string
+	var out []dlock.Result
 	for _, e := range r.acquires {
 		out = append(out, e.Result)
 	}
@@ -63,8 +65,8 @@ func TestObserverEvents(t *testing.T) {
 	cancel()
 	c.Acquire(ctx, "obs")
 	c.TryAcquire(bg, "")
-	want := []string{dlock.ResultAcquired, dlock.ResultBusy, dlock.ResultTimeout, dlock.ResultCancelled, dlock.ResultError}
-	if got := rec.acquireResults(); strings.Join(got, ",") != strings.Join(want, ",") {
+	want := dlock.AcquireResults()
+	if got := rec.acquireResults(); !slices.Equal(got, want) {
 		t.Fatalf("acquire results %v, want %v", got, want)
 	}
 	if rec.acquires[0].Fence != l.Fence() || rec.acquires[0].Name != "obs" {

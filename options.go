@@ -48,7 +48,7 @@ type config struct {
 	releaseTimeout time.Duration
 	fenceLifetime  time.Duration
 	observers      observers
-	err            error // first invalid option, reported by every call
+	err            error // first invalid option, returned by New
 
 	// logger is WithLogger's, for warnings about the server; nil means
 	// slog.Default().

@@ -450,7 +450,7 @@ func pauseWorker(rdb *redis.Client) int {
 			return nil
 		}})
 	}
-	c := dlock.New(rdb, dlock.WithOwner("w"+os.Getenv("WORKER")))
+	c := dlock.MustNew(rdb, dlock.WithOwner("w"+os.Getenv("WORKER")))
 	defer c.Close(bg)
 	// The test closes stdin to stop the worker, and so does a test binary
 	// that dies; the timeout bounds the worker whatever happens.
@@ -539,7 +539,7 @@ const refreshDelay = time.Millisecond
 // the second section began, and the first's record: a stop of the worker
 // before the short Refresh then leaves the second section, where the bug
 // shows, to be judged.
-func raceRefresh(ctx context.Context, l *dlock.Lock, ttl time.Duration, first func(enter int64) string) (int64, string) {
+func raceRefresh(ctx context.Context, l dlock.Lock, ttl time.Duration, first func(enter int64) string) (int64, string) {
 	long, short := 2*ttl, ttl*3/8
 	enter := torture.Now()
 	sent := time.Now()

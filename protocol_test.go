@@ -93,7 +93,7 @@ func TestStaleHandoffNotAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stage atomic.Int32
-	var c3 atomic.Pointer[dlock.Lock]
+	var c3 atomic.Value
 	h := &hook{after: func(cmd redis.Cmder) {
 		if !queuedAcquire(cmd) || !busyReply(cmd) {
 			return
@@ -124,7 +124,7 @@ func TestStaleHandoffNotAccepted(t *testing.T) {
 	if stage.Load() < 2 {
 		t.Fatalf("the interleaving did not happen (stage %d, err %v)", stage.Load(), err)
 	}
-	c := c3.Load()
+	c, _ := c3.Load().(dlock.Lock)
 	if c == nil {
 		t.Fatal("C never held the lock")
 	}
@@ -284,15 +284,15 @@ func TestLostReplyGivesGrantBack(t *testing.T) {
 	loadScripts(t, plain)
 	for _, tc := range []struct {
 		name string
-		try  func(c *dlock.Client, name string) (*dlock.Lock, error)
+		try  func(c *dlock.Client, name string) (dlock.Lock, error)
 	}{
-		{"TryAcquire", func(c *dlock.Client, name string) (*dlock.Lock, error) {
+		{"TryAcquire", func(c *dlock.Client, name string) (dlock.Lock, error) {
 			return c.TryAcquire(bg, name, dlock.WithTTL(time.Minute))
 		}},
-		{"WithWait0", func(c *dlock.Client, name string) (*dlock.Lock, error) {
+		{"WithWait0", func(c *dlock.Client, name string) (dlock.Lock, error) {
 			return c.Acquire(bg, name, dlock.WithTTL(time.Minute), dlock.WithWait(0))
 		}},
-		{"AcquireFirstAttempt", func(c *dlock.Client, name string) (*dlock.Lock, error) {
+		{"AcquireFirstAttempt", func(c *dlock.Client, name string) (dlock.Lock, error) {
 			return c.Acquire(bg, name, dlock.WithTTL(time.Minute), dlock.WithWait(200*time.Millisecond))
 		}},
 	} {
@@ -467,7 +467,7 @@ func TestFencingRejectsPausedHolder(t *testing.T) {
 	}
 	// fencedWrite (pause_test.go) is the resource: it refuses a fence below
 	// the largest it has seen.
-	write := func(l *dlock.Lock) int64 {
+	write := func(l dlock.Lock) int64 {
 		n, err := fencedWrite.Run(bg, rdb, []string{"resource"}, l.Fence()).Int64()
 		if err != nil {
 			t.Fatal(err)

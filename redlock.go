@@ -36,7 +36,11 @@ func NewRedlock(rdbs []redis.UniversalClient, opts ...Option) (*Redlock, error) 
 	}
 	r := &Redlock{quorum: len(rdbs)/2 + 1}
 	for _, rdb := range rdbs {
-		r.nodes = append(r.nodes, New(rdb, opts...))
+		n, err := New(rdb, opts...)
+		if err != nil {
+			return nil, err
+		}
+		r.nodes = append(r.nodes, n)
 	}
 	return r, nil
 }
@@ -58,9 +62,9 @@ type MultiLock struct {
 	name     string
 	token    string
 	mu       sync.Mutex
-	locks    []*Lock   // per node, nil where not acquired
-	ended    bool      // released, or the acquisition failed
-	valid    time.Time // end of the quorum's validity
+	locks    []*redisLock // per node, nil where not acquired
+	ended    bool         // released, or the acquisition failed
+	valid    time.Time    // end of the quorum's validity
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	done     chan struct{} // closed when the renewal goroutine exits
@@ -94,11 +98,11 @@ func (r *Redlock) TryAcquire(ctx context.Context, name string, opts ...AcquireOp
 	ac.renew = false // node locks are plain leases; the MultiLock renews them together
 	token := newToken()
 	start := time.Now()
-	m := &MultiLock{r: r, name: name, token: token, locks: make([]*Lock, len(r.nodes))}
+	m := &MultiLock{r: r, name: name, token: token, locks: make([]*redisLock, len(r.nodes))}
 
 	type result struct {
 		i   int
-		l   *Lock
+		l   *redisLock
 		err error
 	}
 	results := make(chan result, len(r.nodes))
@@ -197,7 +201,7 @@ func (r *Redlock) Acquire(ctx context.Context, name string, opts ...AcquireOptio
 
 // addLate takes in a node's grant that arrived after the verdict: it joins
 // a held lock, and is released when the lock failed or ended meanwhile.
-func (m *MultiLock) addLate(ctx context.Context, i int, l *Lock) {
+func (m *MultiLock) addLate(ctx context.Context, i int, l *redisLock) {
 	m.mu.Lock()
 	ended := m.ended
 	if !ended {
@@ -209,7 +213,7 @@ func (m *MultiLock) addLate(ctx context.Context, i int, l *Lock) {
 	}
 }
 
-func (m *MultiLock) nodeLocks() []*Lock {
+func (m *MultiLock) nodeLocks() []*redisLock {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.locks)

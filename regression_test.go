@@ -83,7 +83,7 @@ func TestRegressionHandedOverRefreshLeak(t *testing.T) {
 	plain := srv.Client(t)
 	holder := newLocker(t, plain)
 	var failRefresh, armed atomic.Bool
-	var l *dlock.Lock
+	var l dlock.Lock
 	h := &hook{before: func(cmd redis.Cmder) error {
 		if isScript(cmd, scripts.Refresh) && failRefresh.CompareAndSwap(true, false) {
 			return netErr
@@ -149,7 +149,7 @@ func TestRegressionLostHandoffLeaseTooLong(t *testing.T) {
 		t.Fatal(err)
 	}
 	type res struct {
-		l   *dlock.Lock
+		l   dlock.Lock
 		err error
 		at  time.Time
 	}

@@ -55,7 +55,7 @@ func renewAt(leased time.Time, ttl time.Duration) time.Time {
 	return leased.Add(ttl / 3)
 }
 
-func (r *renewer) add(l *Lock) {
+func (r *renewer) add(l *redisLock) {
 	l.mu.Lock()
 	next := renewAt(l.leased, l.ttl)
 	l.mu.Unlock()
@@ -63,9 +63,9 @@ func (r *renewer) add(l *Lock) {
 }
 
 // reschedule moves a lock's next renewal after a manual Refresh.
-func (r *renewer) reschedule(l *Lock) { r.add(l) }
+func (r *renewer) reschedule(l *redisLock) { r.add(l) }
 
-func (r *renewer) schedule(l *Lock, next time.Time) {
+func (r *renewer) schedule(l *redisLock, next time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed || !l.is(held) {
@@ -90,7 +90,7 @@ func (r *renewer) schedule(l *Lock, next time.Time) {
 	}
 }
 
-func (r *renewer) remove(l *Lock) {
+func (r *renewer) remove(l *redisLock) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if l.index < 0 {
@@ -181,20 +181,20 @@ func (r *renewer) idle(timer *time.Timer) bool {
 }
 
 // takeDue pops the locks due now or within the batch slack.
-func (r *renewer) takeDue() []*Lock {
+func (r *renewer) takeDue() []*redisLock {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	horizon := time.Now().Add(renewBatchSlack)
-	var batch []*Lock
+	var batch []*redisLock
 	for len(r.due) > 0 && len(batch) < renewBatchMax && !r.due[0].next.After(horizon) {
-		batch = append(batch, heap.Pop(&r.due).(*Lock))
+		batch = append(batch, heap.Pop(&r.due).(*redisLock))
 	}
 	return batch
 }
 
 // renewal is one lock's part of a pipeline.
 type renewal struct {
-	l    *Lock
+	l    *redisLock
 	ttl  time.Duration
 	sent time.Time
 	cmd  *redis.Cmd
@@ -203,7 +203,7 @@ type renewal struct {
 // renew extends the batch's leases in one pipeline and schedules each lock
 // again: a third of its TTL later on success, sooner with backoff on error.
 // A lock found gone or taken over is lost at once.
-func (r *renewer) renew(batch []*Lock) {
+func (r *renewer) renew(batch []*redisLock) {
 	if len(batch) == 0 {
 		return
 	}
@@ -306,7 +306,7 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // lockHeap orders locks by their next renewal.
-type lockHeap []*Lock
+type lockHeap []*redisLock
 
 func (h lockHeap) Len() int           { return len(h) }
 func (h lockHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
@@ -315,7 +315,7 @@ func (h lockHeap) Swap(i, j int) {
 	h[i].index, h[j].index = i, j
 }
 func (h *lockHeap) Push(x any) {
-	l := x.(*Lock)
+	l := x.(*redisLock)
 	l.index = len(*h)
 	*h = append(*h, l)
 }

@@ -58,7 +58,7 @@ func TestManyLocksOneRenewalLoop(t *testing.T) {
 	first := mustAcquire(t, c, "many-0", dlock.WithTTL(ttl))
 	runtime.Gosched()
 	withOne := dlockGoroutines()
-	locks := []*dlock.Lock{first}
+	locks := []dlock.Lock{first}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -281,7 +281,7 @@ func TestDo(t *testing.T) {
 
 func TestCloseReleasesHeldLocks(t *testing.T) {
 	_, rdb, srv := setup(t)
-	c := dlock.New(srv.Client(t))
+	c := dlock.MustNew(srv.Client(t))
 	a := mustAcquire(t, c, "close-a")
 	b := mustAcquire(t, c, "close-b")
 	if err := c.Close(bg); err != nil {
@@ -290,7 +290,7 @@ func TestCloseReleasesHeldLocks(t *testing.T) {
 	if n := rdb.Exists(bg, "dlock:{close-a}", "dlock:{close-b}").Val(); n != 0 {
 		t.Fatalf("%d locks left after Close", n)
 	}
-	for _, l := range []*dlock.Lock{a, b} {
+	for _, l := range []dlock.Lock{a, b} {
 		if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrReleased) {
 			t.Fatalf("cause after Close = %v", cause)
 		}
@@ -356,7 +356,7 @@ func (ch *child) next(t *testing.T) string {
 // lock's context to end and report the cause, then release on request.
 func holdProcess(rdb *redis.Client) int {
 	ttl, _ := time.ParseDuration(os.Getenv("TTL"))
-	c := dlock.New(rdb)
+	c := dlock.MustNew(rdb)
 	l, err := c.Acquire(bg, os.Getenv("LOCK"), dlock.WithTTL(ttl), dlock.WithWait(5*time.Second))
 	if err != nil {
 		fmt.Println("error", err)

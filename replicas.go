@@ -11,32 +11,6 @@ import (
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
-// ErrNotReplicated: WithReplicas asked for more replica acknowledgements than
-// arrived in time. The lock was released again; the concrete error is a
-// *ReplicaError.
-var ErrNotReplicated = errors.New("dlock: not replicated")
-
-// ReplicaError tells how many replicas acknowledged a new lock in time.
-type ReplicaError struct {
-	Name       string
-	Acked      int64
-	Want       int
-	Timeout    time.Duration
-	releaseErr error // releasing the unconfirmed lock failed too
-}
-
-func (e *ReplicaError) Error() string {
-	msg := fmt.Sprintf("dlock: acquire %q: %d of %d replicas acknowledged within %v; lock released", e.Name, e.Acked, e.Want, e.Timeout)
-	if e.releaseErr != nil {
-		msg = fmt.Sprintf("dlock: acquire %q: %d of %d replicas acknowledged within %v; releasing it failed too (%v), it expires with its TTL",
-			e.Name, e.Acked, e.Want, e.Timeout, e.releaseErr)
-	}
-	return msg
-}
-
-// Is makes errors.Is(err, ErrNotReplicated) true.
-func (e *ReplicaError) Is(target error) bool { return target == ErrNotReplicated }
-
 // WithReplicas makes an acquisition wait until n replicas acknowledged the
 // new lock (Redis WAIT), at most timeout; with fewer acknowledgements the
 // lock is released at once and the call fails with ErrNotReplicated.
@@ -53,7 +27,7 @@ func WithReplicas(n int, timeout time.Duration) AcquireOption {
 
 // refreshWithWait refreshes a handed-over lock and waits for replicas in one
 // pipeline, like scriptWithWait.
-func (c *Client) refreshWithWait(ctx context.Context, l *Lock, ac acquireConfig) (int64, error) {
+func (c *Client) refreshWithWait(ctx context.Context, l *redisLock, ac acquireConfig) (int64, error) {
 	sent := time.Now()
 	res, acked, err := c.withWait(ctx, l.keys.lock, ac, func(pipe redis.Pipeliner, source bool) *redis.Cmd {
 		keys, args := []string{l.keys.lock}, []any{l.token, ms(ac.ttl)}
@@ -129,13 +103,13 @@ func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, scr
 }
 
 // checkReplicated releases a lock that too few replicas acknowledged.
-func (c *Client) checkReplicated(ctx context.Context, l *Lock, ac acquireConfig, acked int64) error {
+func (c *Client) checkReplicated(ctx context.Context, l *redisLock, ac acquireConfig, acked int64) error {
 	if acked >= int64(ac.replicas) {
 		return nil
 	}
-	e := &ReplicaError{Name: l.name, Acked: acked, Want: ac.replicas, Timeout: ac.replicaWait}
+	e := &ReplicaError{Acked: acked, Want: ac.replicas, Timeout: ac.replicaWait}
 	if err := l.Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
 		e.releaseErr = err
 	}
-	return e
+	return opError("acquire", l.name, e)
 }

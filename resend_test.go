@@ -60,7 +60,7 @@ func TestResentAcquireAndRelease(t *testing.T) {
 
 	// A re-sent release, with another holder taking the lock in between:
 	// no false failure, and the new holder keeps its lock.
-	var other *dlock.Lock
+	var other dlock.Lock
 	takeOver := func() {
 		var err error
 		if other, err = b.TryAcquire(bg, "resend"); err != nil {

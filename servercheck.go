@@ -15,11 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrUnsupportedServer: the Redis server is too old for dlock's scripts (or,
-// in a Cluster, for its shard channels). The error names the version found
-// and the version needed; every acquisition on the Client returns it.
-var ErrUnsupportedServer = errors.New("dlock: unsupported redis server")
-
 // Oldest servers dlock works with, by redis_version (Valkey and KeyDB report
 // one too).
 var (

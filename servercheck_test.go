@@ -324,7 +324,7 @@ func TestEvictionRisk(t *testing.T) {
 // newCheckClient returns a Client closed at the end of the test.
 func newCheckClient(t *testing.T, rdb redis.UniversalClient, opts ...Option) *Client {
 	t.Helper()
-	c := New(rdb, opts...)
+	c := MustNew(rdb, opts...)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }

@@ -22,7 +22,7 @@ func TestClusterCoreWaitingAndRenewal(t *testing.T) {
 
 	// Many names: their keys spread over every primary's slots.
 	const n = 60
-	var locks []*dlock.Lock
+	var locks []dlock.Lock
 	for i := range n {
 		locks = append(locks, mustAcquire(t, c, fmt.Sprintf("slot-%d", i), dlock.WithTTL(500*time.Millisecond)))
 	}

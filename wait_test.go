@@ -25,7 +25,7 @@ func newClients(t *testing.T, srv *redistest.Server, n int, hooks ...redis.Hook)
 		for _, h := range hooks {
 			rdb.AddHook(h)
 		}
-		c := dlock.New(rdb)
+		c := dlock.MustNew(rdb)
 		t.Cleanup(func() { _ = c.Close(bg); _ = rdb.Close() })
 		out[i] = c
 	}
@@ -36,7 +36,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 	c, _, srv := setup(t)
 	holder := mustAcquire(t, c, "wait", dlock.WithTTL(10*time.Second))
 	other := newClients(t, srv, 1)[0]
-	got := make(chan *dlock.Lock, 1)
+	got := make(chan dlock.Lock, 1)
 	go func() {
 		l, err := other.Acquire(bg, "wait", dlock.WithWait(5*time.Second))
 		if err != nil {
@@ -163,7 +163,7 @@ func TestHandOffInArrivalOrder(t *testing.T) {
 	clients := newClients(t, srv, n)
 	var mu sync.Mutex
 	var order []int
-	locks := make(chan *dlock.Lock, n)
+	locks := make(chan dlock.Lock, n)
 	var wg sync.WaitGroup
 	for i, w := range clients {
 		wg.Go(func() {
@@ -232,7 +232,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	clients := newClients(t, srv, n, countHook(&sent))
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
-	got := make(chan *dlock.Lock, n)
+	got := make(chan dlock.Lock, n)
 	var wg sync.WaitGroup
 	for _, w := range clients {
 		wg.Go(func() {

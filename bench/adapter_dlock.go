@@ -42,7 +42,7 @@ func dlockLibrary(name string, order int, optional, autopipe bool) library {
 						conn = ap
 					}
 				}
-				c := dlock.New(conn)
+				c := dlock.MustNew(conn)
 				clients = append(clients, c)
 				ttl, wait := e.cfg.ttl, e.cfg.wait
 				return funcLocker{

@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 func holderProcess() int {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
-	c := dlock.New(rdb)
+	c := dlock.MustNew(rdb)
 	defer c.Close(bg)
 	ttl, err := time.ParseDuration(os.Getenv("TTL"))
 	if err != nil {
@@ -178,7 +178,7 @@ func setup(t *testing.T, opts ...dlockadmin.Option) *env {
 // Redis), closed when the test ends.
 func newClient(t *testing.T, srv *redistest.Server, opts ...dlock.Option) *dlock.Client {
 	t.Helper()
-	c := dlock.New(srv.Client(t), opts...)
+	c := dlock.MustNew(srv.Client(t), opts...)
 	t.Cleanup(func() { _ = c.Close(bg) })
 	return c
 }
@@ -282,7 +282,7 @@ func names(ls []lockJSON) []string {
 	return out
 }
 
-func acquire(t *testing.T, c *dlock.Client, name string) *dlock.Lock {
+func acquire(t *testing.T, c *dlock.Client, name string) dlock.Lock {
 	t.Helper()
 	l, err := c.TryAcquire(bg, name, dlock.WithTTL(30*time.Second))
 	if err != nil {
@@ -632,7 +632,7 @@ func TestForceUnlockHandsLockToWaiter(t *testing.T) {
 
 	// A waiter in this process, lined up in Redis behind the other process.
 	waiter := newClient(t, e.srv, dlock.WithOwner("the-waiter"))
-	got := make(chan *dlock.Lock, 1)
+	got := make(chan dlock.Lock, 1)
 	errc := make(chan error, 1)
 	go func() {
 		l, err := waiter.Acquire(bg, name, dlock.WithTTL(30*time.Second), dlock.WithWait(20*time.Second))
@@ -731,7 +731,7 @@ func TestForceUnlockForm(t *testing.T) {
 	if status != http.StatusOK || !strings.Contains(body, `class="box ok"`) || !strings.Contains(body, "No lock is held matching") {
 		t.Errorf("form unlock: %d, want 200 with the result and the refreshed list:\n%s", status, body)
 	}
-	if _, err := e.c.Inspect(bg, "order:7"); !errors.Is(err, dlock.ErrNotLocked) {
+	if _, err := e.c.Inspect(bg, "order:7"); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("after form unlock: %v, want ErrNotLocked", err)
 	}
 	// A resubmitted form (a browser refresh) finds nothing to remove.

@@ -18,7 +18,7 @@ import (
 func ExampleNewHandler() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
-	locker := dlock.New(rdb, dlock.WithOwner("billing-worker-1"))
+	locker := dlock.MustNew(rdb, dlock.WithOwner("billing-worker-1"))
 	defer locker.Close(bg)
 
 	lock, err := locker.Acquire(bg, "invoice:2024-11", dlock.WithTTL(30*time.Second))
@@ -59,7 +59,7 @@ func ExampleNewHandler() {
 func ExampleNewServeMux() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
-	locker := dlock.New(rdb)
+	locker := dlock.MustNew(rdb)
 	defer locker.Close(bg)
 
 	metrics := http.NotFoundHandler() // a Prometheus handler, say

@@ -211,12 +211,10 @@ func (h *handler) inspect(w http.ResponseWriter, r *http.Request) {
 // to do about it.
 func statusOf(err error) int {
 	switch {
-	case errors.Is(err, dlock.ErrNotLocked):
+	case errors.Is(err, dlock.ErrNotHeld):
 		return http.StatusNotFound
 	case errors.Is(err, dlock.ErrInvalidName):
 		return http.StatusBadRequest
-	case errors.Is(err, dlock.ErrNotHeld):
-		return http.StatusConflict
 	case errors.Is(err, dlock.ErrWrongType):
 		return http.StatusInternalServerError // a misconfiguration: a foreign key under the prefix
 	default:

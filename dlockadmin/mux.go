@@ -43,7 +43,7 @@ func NewServeMux(c *dlock.Client, metrics http.Handler, opts ...Option) *http.Se
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
 		w.Header().Set("Cache-Control", "no-store")
-		if _, err := c.Inspect(ctx, readyProbeName); err != nil && !errors.Is(err, dlock.ErrNotLocked) {
+		if _, err := c.Inspect(ctx, readyProbeName); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}

@@ -118,6 +118,9 @@ func (h *handler) forceUnlock(r *http.Request, req unlockRequest) unlockResult {
 	// On ErrNotHeld, got is the holder ForceUnlock found instead.
 	got, err := h.c.ForceUnlock(ctx, req.name, info.Token)
 	switch {
+	case errors.Is(err, dlock.ErrNotHeld) && got.Token == "":
+		return h.audit(r, req, unlockResult{status: http.StatusNotFound,
+			msg: fmt.Sprintf("lock %q was released while it was being removed; nothing was removed", req.name)})
 	case errors.Is(err, dlock.ErrNotHeld):
 		return h.audit(r, req, unlockResult{status: http.StatusConflict, current: got,
 			msg: fmt.Sprintf("lock %q changed hands while it was being removed; nothing was removed", req.name)})

@@ -22,7 +22,7 @@ func ExampleUnaryServerInterceptor() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	locker := dlock.New(rdb)
+	locker := dlock.MustNew(rdb)
 	defer locker.Close(ctx)
 
 	// Pay is locked by the order in its request; other methods run unlocked.

@@ -70,8 +70,8 @@ func StreamServerInterceptor(c *dlock.Client, name NameFunc, opts ...Option) grp
 // context is ctx (in a stream handler, stream.Context()), for its fencing
 // token (Lock.Fence) or its name. ok is false outside such a call, and for
 // calls whose NameFunc returned ErrNoLock.
-func LockFromContext(ctx context.Context) (lock *dlock.Lock, ok bool) {
-	lock, ok = ctx.Value(lockKey{}).(*dlock.Lock)
+func LockFromContext(ctx context.Context) (lock dlock.Lock, ok bool) {
+	lock, ok = ctx.Value(lockKey{}).(dlock.Lock)
 	return lock, ok
 }
 
@@ -110,7 +110,7 @@ func newGuard(c *dlock.Client, name NameFunc, opts []Option) *guard {
 // acquire takes the call's lock. It returns a nil lock and a nil error when
 // the NameFunc asked for no lock, and a gRPC status error when the call must
 // not run. setTrailer sends the retry pushback of a busy answer.
-func (g *guard) acquire(ctx context.Context, method string, req any, setTrailer func(metadata.MD)) (*dlock.Lock, error) {
+func (g *guard) acquire(ctx context.Context, method string, req any, setTrailer func(metadata.MD)) (dlock.Lock, error) {
 	n, err := g.name(ctx, method, req)
 	switch {
 	case errors.Is(err, ErrNoLock):
@@ -166,7 +166,7 @@ func (g *guard) statusOf(ctx context.Context, err error) error {
 // run calls fn with a context that also ends when lock is lost, and releases
 // lock afterwards, also when fn panics: the release is deferred, not
 // recovered, so the panic keeps its value and stack.
-func (g *guard) run(ctx context.Context, method string, lock *dlock.Lock, fn func(context.Context) error) (err error) {
+func (g *guard) run(ctx context.Context, method string, lock dlock.Lock, fn func(context.Context) error) (err error) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(lock.Context(), func() { cancel(context.Cause(lock.Context())) })
 	defer func() {

@@ -135,7 +135,7 @@ func setup(t *testing.T) (*dlock.Client, *redis.Client) {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: startRedis(t), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
-	c := dlock.New(rdb)
+	c := dlock.MustNew(rdb)
 	t.Cleanup(func() { _ = c.Close(bg) })
 	return c, rdb
 }
@@ -413,7 +413,7 @@ func TestRedisDown(t *testing.T) {
 	l.Close() // nothing listens there now: every dial is refused
 	rdb := redis.NewClient(&redis.Options{Addr: closedAddr, MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
-	down := dlock.New(rdb)
+	down := dlock.MustNew(rdb)
 	t.Cleanup(func() { _ = down.Close(bg) })
 	closed, _ := setup(t)
 	if err := closed.Close(bg); err != nil {

@@ -22,7 +22,7 @@ func ExampleMiddleware() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	locker := dlock.New(rdb)
+	locker := dlock.MustNew(rdb)
 	defer locker.Close(ctx)
 
 	byOrder := dlockhttp.Middleware(locker, dlockhttp.MustParseTemplate("order:{path.orderId}"),

@@ -26,7 +26,7 @@ var bg = context.Background()
 func setup(t *testing.T) (*dlock.Client, *redis.Client) {
 	t.Helper()
 	rdb := redistest.Start(t).Client(t)
-	c := dlock.New(rdb)
+	c := dlock.MustNew(rdb)
 	t.Cleanup(func() { _ = c.Close(bg) })
 	return c, rdb
 }

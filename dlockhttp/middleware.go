@@ -68,8 +68,8 @@ func Middleware(c *dlock.Client, name NameFunc, opts ...Option) func(http.Handle
 // LockFromContext returns the lock the middleware holds for the request
 // whose context is ctx, for its fencing token (Lock.Fence) or its name. ok
 // is false outside a handler wrapped by Middleware.
-func LockFromContext(ctx context.Context) (lock *dlock.Lock, ok bool) {
-	lock, ok = ctx.Value(lockKey{}).(*dlock.Lock)
+func LockFromContext(ctx context.Context) (lock dlock.Lock, ok bool) {
+	lock, ok = ctx.Value(lockKey{}).(dlock.Lock)
 	return lock, ok
 }
 

@@ -268,7 +268,7 @@ func TestRedisDown(t *testing.T) {
 	l.Close() // nothing listens there now: every dial is refused
 	rdb := redis.NewClient(&redis.Options{Addr: closedAddr, MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
-	down := dlock.New(rdb)
+	down := dlock.MustNew(rdb)
 	t.Cleanup(func() { _ = down.Close(bg) })
 
 	closed, _ := setup(t)

@@ -24,7 +24,7 @@ func ExampleNewObserver() {
 
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
-	locker := dlock.New(rdb, dlock.WithObserver(dlockotel.NewObserver(dlockotel.WithTracerProvider(tp))))
+	locker := dlock.MustNew(rdb, dlock.WithObserver(dlockotel.NewObserver(dlockotel.WithTracerProvider(tp))))
 	defer locker.Close(ctx)
 
 	ctx, span := tp.Tracer("shop").Start(ctx, "handle order")

@@ -2,6 +2,7 @@ package dlockotel
 
 import (
 	"context"
+	"slices"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -31,8 +32,8 @@ type instruments struct {
 	// Options with the attribute sets of the fixed results and reasons,
 	// built once (slices too, so a call allocates none): the renewal path
 	// runs thousands of times a second with many locks.
-	results map[string]measure
-	reasons map[string]measure
+	results map[dlock.Result]measure
+	reasons map[dlock.Reason]measure
 }
 
 // measure is the options of one attribute set, for Add and for Record.
@@ -78,27 +79,28 @@ func newInstruments(m metric.Meter) instruments {
 		metric.WithDescription("Locks held by this process now: acquired and neither released nor lost."))
 	check(err)
 
-	in.results = prebuild(AttrResult, dlock.ResultAcquired, dlock.ResultBusy, dlock.ResultTimeout, dlock.ResultCancelled,
-		dlock.ResultError, dlock.ResultOK, dlock.ResultLost, dlock.ResultNotHeld)
-	in.reasons = prebuild(AttrReason, dlock.ReasonTakenOver, dlock.ReasonExpired, dlock.ReasonHoldLimit)
+	in.results = prebuild(AttrResult, slices.Concat(dlock.AcquireResults(), dlock.RenewResults(), dlock.ReleaseResults()))
+	in.reasons = prebuild(AttrReason, dlock.LostReasons())
 	return in
 }
 
-func prebuild(key attribute.Key, values ...string) map[string]measure {
-	m := make(map[string]measure, len(values))
+// prebuild makes the attribute options of every value dlock lists (a value
+// may appear twice: "error" is a result of every event).
+func prebuild[T ~string](key attribute.Key, values []T) map[T]measure {
+	m := make(map[T]measure, len(values))
 	for _, v := range values {
-		m[v] = newMeasure(key.String(v))
+		m[v] = newMeasure(key.String(string(v)))
 	}
 	return m
 }
 
 // attrs returns the prebuilt options for value, or builds them for a value
 // that a newer core may add.
-func attrs(prebuilt map[string]measure, key attribute.Key, value string) measure {
+func attrs[T ~string](prebuilt map[T]measure, key attribute.Key, value T) measure {
 	if m, ok := prebuilt[value]; ok {
 		return m
 	}
-	return newMeasure(key.String(value))
+	return newMeasure(key.String(string(value)))
 }
 
 func (in instruments) acquire(ctx context.Context, e dlock.AcquireEvent) {

@@ -84,6 +84,7 @@ func NewObserver(opts ...Option) dlock.Observer {
 }
 
 type observer struct {
+	dlock.BaseObserver
 	tracer trace.Tracer
 	inst   instruments
 
@@ -103,7 +104,7 @@ func (o *observer) OnAcquire(ctx context.Context, e dlock.AcquireEvent) {
 	// call, so its length is the wait, and sits under the caller's span.
 	_, span := o.tracer.Start(ctx, SpanAcquire,
 		trace.WithTimestamp(now.Add(-e.Wait)),
-		trace.WithAttributes(AttrName.String(e.Name), AttrResult.String(e.Result)))
+		trace.WithAttributes(AttrName.String(e.Name), AttrResult.String(string(e.Result))))
 	switch e.Result {
 	case dlock.ResultAcquired:
 		span.SetAttributes(AttrFence.Int64(e.Fence))
@@ -127,7 +128,7 @@ func (o *observer) OnRenew(e dlock.RenewEvent) {
 	link := o.acquired[e.Name]
 	o.mu.Unlock()
 	_, span := o.tracer.Start(context.Background(), SpanRenew, rootLinkedTo(link,
-		AttrName.String(e.Name), AttrResult.String(e.Result))...)
+		AttrName.String(e.Name), AttrResult.String(string(e.Result)))...)
 	fail(span, e.Err)
 	span.End()
 }
@@ -139,7 +140,7 @@ func (o *observer) OnLost(e dlock.LostEvent) {
 	delete(o.acquired, e.Name)
 	o.mu.Unlock()
 	_, span := o.tracer.Start(context.Background(), SpanLost, rootLinkedTo(link,
-		AttrName.String(e.Name), AttrReason.String(e.Reason), AttrHeldMS.Int64(e.Held.Milliseconds()))...)
+		AttrName.String(e.Name), AttrReason.String(string(e.Reason)), AttrHeldMS.Int64(e.Held.Milliseconds()))...)
 	fail(span, e.Cause)
 	span.End()
 }
@@ -152,7 +153,7 @@ func (o *observer) OnRelease(ctx context.Context, e dlock.ReleaseEvent) {
 		o.mu.Unlock()
 	}
 	_, span := o.tracer.Start(ctx, SpanRelease, trace.WithAttributes(
-		AttrName.String(e.Name), AttrResult.String(e.Result), AttrHeldMS.Int64(e.Held.Milliseconds())))
+		AttrName.String(e.Name), AttrResult.String(string(e.Result)), AttrHeldMS.Int64(e.Held.Milliseconds())))
 	if e.AfterLoss {
 		span.SetAttributes(AttrAfterLoss.Bool(true))
 	}

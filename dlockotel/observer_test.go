@@ -39,7 +39,7 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(func() { _ = mp.Shutdown(bg) })
 	e.tracer = tp.Tracer("test")
 	obs := dlockotel.NewObserver(dlockotel.WithTracerProvider(tp), dlockotel.WithMeterProvider(mp))
-	e.c = dlock.New(e.rdb, dlock.WithObserver(obs))
+	e.c = dlock.MustNew(e.rdb, dlock.WithObserver(obs))
 	t.Cleanup(func() { _ = e.c.Close(bg) })
 	return e
 }
@@ -196,7 +196,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func result(r string) attribute.KeyValue { return dlockotel.AttrResult.String(r) }
+func result(r dlock.Result) attribute.KeyValue { return dlockotel.AttrResult.String(string(r)) }
 
 func TestSpansOfALockLife(t *testing.T) {
 	e := newEnv(t)
@@ -272,7 +272,7 @@ func TestSpansOfALockLife(t *testing.T) {
 	if held := attrs(lost)[dlockotel.AttrHeldMS].AsInt64(); held < 100 {
 		t.Errorf("lost after a renewal at 100ms, but held_ms = %d", held)
 	}
-	expectAttrs(t, lost, name("job:1"), dlockotel.AttrReason.String(dlock.ReasonTakenOver),
+	expectAttrs(t, lost, name("job:1"), dlockotel.AttrReason.String(string(dlock.ReasonTakenOver)),
 		dlockotel.AttrHeldMS.Int64(attrs(lost)[dlockotel.AttrHeldMS].AsInt64()))
 	if got := e.named(dlockotel.SpanRenew); len(got) != 0 {
 		t.Errorf("the renewal that found the lock gone made a %q span too", dlockotel.SpanRenew)
@@ -310,7 +310,7 @@ func TestSpansOfALockLife(t *testing.T) {
 		{"dlock.acquire.duration", []attribute.KeyValue{result(dlock.ResultError)}, 1},
 		{"dlock.renewals", []attribute.KeyValue{result(dlock.ResultLost)}, 1},
 		{"dlock.renewals", []attribute.KeyValue{result(dlock.ResultError)}, 0},
-		{"dlock.losses", []attribute.KeyValue{dlockotel.AttrReason.String(dlock.ReasonTakenOver)}, 1},
+		{"dlock.losses", []attribute.KeyValue{dlockotel.AttrReason.String(string(dlock.ReasonTakenOver))}, 1},
 		{"dlock.releases", []attribute.KeyValue{result(dlock.ResultNotHeld)}, 1},
 		{"dlock.releases", []attribute.KeyValue{result(dlock.ResultOK)}, 1},
 		{"dlock.hold.duration", nil, 2},
@@ -353,7 +353,7 @@ func TestRenewalFailureSpans(t *testing.T) {
 	}
 	lost := e.named(dlockotel.SpanLost)[0]
 	expectRootLinkedTo(t, lost, acquire)
-	if got := attrs(lost)[dlockotel.AttrReason].AsString(); got != dlock.ReasonExpired {
+	if got := attrs(lost)[dlockotel.AttrReason].AsString(); dlock.Reason(got) != dlock.ReasonExpired {
 		t.Errorf("lost with reason %q, want %q", got, dlock.ReasonExpired)
 	}
 	expectStatus(t, lost, codes.Error, "lock lost")
@@ -376,7 +376,7 @@ func TestRenewalFailureSpans(t *testing.T) {
 	if got := value(t, ms, "dlock.renewals", result(dlock.ResultError)); got != float64(len(renews)) {
 		t.Errorf("dlock.renewals{error} = %v, but %d renew spans", got, len(renews))
 	}
-	if got := value(t, ms, "dlock.losses", dlockotel.AttrReason.String(dlock.ReasonExpired)); got != 1 {
+	if got := value(t, ms, "dlock.losses", dlockotel.AttrReason.String(string(dlock.ReasonExpired))); got != 1 {
 		t.Errorf("dlock.losses{expired} = %v, want 1", got)
 	}
 	if got := value(t, ms, "dlock.held"); got != 0 {
@@ -395,7 +395,7 @@ func TestLossOfUnsampledAcquisition(t *testing.T) {
 	// Roots (the loss) are sampled, children of an unsampled request are not.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
 	t.Cleanup(func() { _ = tp.Shutdown(bg) })
-	c := dlock.New(rdb, dlock.WithObserver(dlockotel.NewObserver(dlockotel.WithTracerProvider(tp))))
+	c := dlock.MustNew(rdb, dlock.WithObserver(dlockotel.NewObserver(dlockotel.WithTracerProvider(tp))))
 	t.Cleanup(func() { _ = c.Close(bg) })
 
 	unsampled := trace.ContextWithSpanContext(bg, trace.NewSpanContext(trace.SpanContextConfig{
@@ -429,7 +429,7 @@ func TestLossOfUnsampledAcquisition(t *testing.T) {
 // little and breaks nothing.
 func TestGlobalNoopProviders(t *testing.T) {
 	rdb := newRedis(t)
-	c := dlock.New(rdb, dlock.WithObserver(dlockotel.NewObserver()))
+	c := dlock.MustNew(rdb, dlock.WithObserver(dlockotel.NewObserver()))
 	t.Cleanup(func() { _ = c.Close(bg) })
 	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
 	defer cancel()

@@ -35,17 +35,27 @@ var (
 
 // Label values of the fixed labels, so every series exists from the start.
 var (
-	acquireResults = []string{dlock.ResultAcquired, dlock.ResultBusy, dlock.ResultTimeout, dlock.ResultCancelled, dlock.ResultError}
-	renewResults   = []string{dlock.ResultOK, dlock.ResultLost, dlock.ResultError}
-	lostReasons    = []string{dlock.ReasonTakenOver, dlock.ReasonExpired, dlock.ReasonHoldLimit}
-	releaseResults = []string{dlock.ResultOK, dlock.ResultNotHeld, dlock.ResultError}
+	acquireResults = labelValues(dlock.AcquireResults())
+	renewResults   = labelValues(dlock.RenewResults())
+	lostReasons    = labelValues(dlock.LostReasons())
+	releaseResults = labelValues(dlock.ReleaseResults())
 )
+
+func labelValues[T ~string](vs []T) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = string(v)
+	}
+	return out
+}
 
 // Collector turns dlock's observer events into Prometheus metrics. Pass it to
 // dlock.New with dlock.WithObserver and register it with a
 // prometheus.Registerer. It is safe for concurrent use, and one Collector may
 // observe several dlock Clients.
 type Collector struct {
+	dlock.BaseObserver
+
 	nameOf func(string) string // nil: no name label
 
 	acquire *prometheus.CounterVec
@@ -230,16 +240,16 @@ func (c *Collector) metrics() [7]prometheus.Collector {
 // OnAcquire implements dlock.Observer.
 func (c *Collector) OnAcquire(_ context.Context, e dlock.AcquireEvent) {
 	if c.nameOf == nil {
-		c.acquire.WithLabelValues(e.Result).Inc()
-		c.wait.WithLabelValues(e.Result).Observe(e.Wait.Seconds())
+		c.acquire.WithLabelValues(string(e.Result)).Inc()
+		c.wait.WithLabelValues(string(e.Result)).Observe(e.Wait.Seconds())
 		if e.Result == dlock.ResultAcquired {
 			c.held.WithLabelValues().Inc()
 		}
 		return
 	}
 	name := c.name(e.Name)
-	c.acquire.WithLabelValues(name, e.Result).Inc()
-	c.wait.WithLabelValues(name, e.Result).Observe(e.Wait.Seconds())
+	c.acquire.WithLabelValues(name, string(e.Result)).Inc()
+	c.wait.WithLabelValues(name, string(e.Result)).Observe(e.Wait.Seconds())
 	if e.Result == dlock.ResultAcquired {
 		c.held.WithLabelValues(name).Inc()
 	}
@@ -248,10 +258,10 @@ func (c *Collector) OnAcquire(_ context.Context, e dlock.AcquireEvent) {
 // OnRenew implements dlock.Observer.
 func (c *Collector) OnRenew(e dlock.RenewEvent) {
 	if c.nameOf == nil {
-		c.renew.WithLabelValues(e.Result).Inc()
+		c.renew.WithLabelValues(string(e.Result)).Inc()
 		return
 	}
-	c.renew.WithLabelValues(c.name(e.Name), e.Result).Inc()
+	c.renew.WithLabelValues(c.name(e.Name), string(e.Result)).Inc()
 }
 
 // OnLost implements dlock.Observer. A loss ends the lock: the held gauge
@@ -259,12 +269,12 @@ func (c *Collector) OnRenew(e dlock.RenewEvent) {
 // that follows (which has AfterLoss set).
 func (c *Collector) OnLost(e dlock.LostEvent) {
 	if c.nameOf == nil {
-		c.lost.WithLabelValues(e.Reason).Inc()
+		c.lost.WithLabelValues(string(e.Reason)).Inc()
 		c.ended(e.Held.Seconds())
 		return
 	}
 	name := c.name(e.Name)
-	c.lost.WithLabelValues(name, e.Reason).Inc()
+	c.lost.WithLabelValues(name, string(e.Reason)).Inc()
 	c.ended(e.Held.Seconds(), name)
 }
 
@@ -275,14 +285,14 @@ func (c *Collector) OnRelease(_ context.Context, e dlock.ReleaseEvent) {
 	// nothing that OnLost did not already end.
 	ends := e.Result != dlock.ResultError && !e.AfterLoss
 	if c.nameOf == nil {
-		c.release.WithLabelValues(e.Result).Inc()
+		c.release.WithLabelValues(string(e.Result)).Inc()
 		if ends {
 			c.ended(e.Held.Seconds())
 		}
 		return
 	}
 	name := c.name(e.Name)
-	c.release.WithLabelValues(name, e.Result).Inc()
+	c.release.WithLabelValues(name, string(e.Result)).Inc()
 	if ends {
 		c.ended(e.Held.Seconds(), name)
 	}

@@ -155,6 +155,7 @@ func (f families) expect(t *testing.T, want map[string]float64) {
 // of renewals depends on timing, but the metric must match what the core
 // reported.
 type events struct {
+	dlock.BaseObserver
 	mu sync.Mutex
 	n  map[string]int // "renew:ok", "lost:taken_over"
 }
@@ -168,10 +169,8 @@ func (r *events) add(k string) {
 	r.n[k]++
 }
 
-func (r *events) OnAcquire(context.Context, dlock.AcquireEvent) {}
-func (r *events) OnRelease(context.Context, dlock.ReleaseEvent) {}
-func (r *events) OnRenew(e dlock.RenewEvent)                    { r.add("renew:" + e.Result) }
-func (r *events) OnLost(e dlock.LostEvent)                      { r.add("lost:" + e.Reason) }
+func (r *events) OnRenew(e dlock.RenewEvent) { r.add("renew:" + string(e.Result)) }
+func (r *events) OnLost(e dlock.LostEvent)   { r.add("lost:" + string(e.Reason)) }
 
 func (r *events) count(k string) float64 {
 	r.mu.Lock()
@@ -210,7 +209,7 @@ func TestScrapeAfterRealLocks(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(col)
 	rec := &events{}
-	c := dlock.New(rdb, dlock.WithObserver(col), dlock.WithObserver(rec))
+	c := dlock.MustNew(rdb, dlock.WithObserver(col), dlock.WithObserver(rec))
 	t.Cleanup(func() { _ = c.Close(bg) })
 	s := newScraper(t, reg)
 
@@ -337,7 +336,7 @@ func TestScrapeAfterRealLocks(t *testing.T) {
 // hard to produce against a real Redis (a failed release, then a loss).
 func TestHeldGauge(t *testing.T) {
 	acquired := dlock.AcquireEvent{Name: "x", Result: dlock.ResultAcquired, Wait: time.Millisecond, Fence: 1}
-	release := func(result string, afterLoss bool) dlock.ReleaseEvent {
+	release := func(result dlock.Result, afterLoss bool) dlock.ReleaseEvent {
 		return dlock.ReleaseEvent{Name: "x", Result: result, Held: time.Second, AfterLoss: afterLoss}
 	}
 	lost := dlock.LostEvent{Name: "x", Reason: dlock.ReasonExpired, Held: time.Second, Cause: dlock.ErrLockLost}
@@ -391,11 +390,11 @@ func TestNameLabel(t *testing.T) {
 	col := dlockprom.NewCollector(dlockprom.WithNameLabel(byKind))
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(col)
-	c := dlock.New(rdb, dlock.WithObserver(col))
+	c := dlock.MustNew(rdb, dlock.WithObserver(col))
 	t.Cleanup(func() { _ = c.Close(bg) })
 	s := newScraper(t, reg)
 
-	var locks []*dlock.Lock
+	var locks []dlock.Lock
 	for _, name := range []string{"order:1", "order:2", "user:7"} {
 		l, err := c.TryAcquire(bg, name)
 		if err != nil {

@@ -23,7 +23,7 @@ func ExampleNewCollector() {
 	col := dlockprom.NewCollector()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(col)
-	locker := dlock.New(rdb, dlock.WithObserver(col))
+	locker := dlock.MustNew(rdb, dlock.WithObserver(col))
 	defer locker.Close(ctx)
 
 	lock, err := locker.TryAcquire(ctx, "order:42")
@@ -59,7 +59,7 @@ func ExampleWithNameLabel() {
 	}))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(col)
-	locker := dlock.New(rdb, dlock.WithObserver(col))
+	locker := dlock.MustNew(rdb, dlock.WithObserver(col))
 	defer locker.Close(ctx)
 
 	for _, name := range []string{"invoice:7", "invoice:8", "user:1"} {

@@ -200,7 +200,11 @@ func (a *app) locker(opts ...dlock.Option) (*dlock.Client, redis.UniversalClient
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	c := dlock.New(rdb, append([]dlock.Option{dlock.WithPrefix(a.conn.prefix)}, opts...)...)
+	c, err := dlock.New(rdb, append([]dlock.Option{dlock.WithPrefix(a.conn.prefix)}, opts...)...)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, nil, usagef("%v", err) // the prefix is the only option from the user
+	}
 	closeAll := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), a.conn.timeout)
 		defer cancel()

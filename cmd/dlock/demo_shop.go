@@ -154,7 +154,7 @@ func (n *naiveLock) release(ctx context.Context, res *workerResult) error {
 type dlockLock struct {
 	c    *dlock.Client
 	ttl  time.Duration
-	held *dlock.Lock
+	held dlock.Lock
 }
 
 func (d *dlockLock) acquire(ctx context.Context) (string, error) {

@@ -82,7 +82,7 @@ func exitCode(err error, conflict int) int {
 		return exitLost
 	case errors.Is(err, dlock.ErrNotObtained):
 		return conflict
-	case errors.Is(err, dlock.ErrNotLocked), errors.Is(err, dlock.ErrNotHeld):
+	case errors.Is(err, dlock.ErrNotHeld):
 		return exitNotFound
 	}
 	// Everything else comes from talking to Redis: a refused or timed-out

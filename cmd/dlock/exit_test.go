@@ -28,7 +28,7 @@ func TestExitCode(t *testing.T) {
 		{"busy", busy, exitConflict, exitConflict},
 		{"busy with -E", busy, 75, 75},
 		{"lost", &lostError{name: "x", cause: dlock.ErrLockLost}, exitConflict, exitLost},
-		{"not locked", fmt.Errorf("x: %w", dlock.ErrNotLocked), exitConflict, exitNotFound},
+		{"not locked", fmt.Errorf("x: %w", dlock.ErrNotHeld), exitConflict, exitNotFound},
 		{"not held", fmt.Errorf("x: %w", dlock.ErrNotHeld), exitConflict, exitNotFound},
 		{"redis", errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), exitConflict, exitRedis},
 		{"wrong type", fmt.Errorf("x: %w", dlock.ErrWrongType), exitConflict, exitRedis},

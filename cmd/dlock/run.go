@@ -133,11 +133,11 @@ func (a *app) run(ctx context.Context, o runOptions, name string, argv []string)
 }
 
 // acquire takes the lock, giving up when a signal arrives first.
-func (a *app) acquire(ctx context.Context, c *dlock.Client, name string, o runOptions, sigs <-chan os.Signal) (*dlock.Lock, error) {
+func (a *app) acquire(ctx context.Context, c *dlock.Client, name string, o runOptions, sigs <-chan os.Signal) (dlock.Lock, error) {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
-		lock *dlock.Lock
+		lock dlock.Lock
 		err  error
 	}
 	done := make(chan result, 1)

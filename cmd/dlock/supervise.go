@@ -21,7 +21,7 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 
 // supervise runs the command while lock is held and returns what run exits
 // with: nil or the command's code, or a lost-lock error.
-func (a *app) supervise(lock *dlock.Lock, argv []string, grace time.Duration, sigs <-chan os.Signal) error {
+func (a *app) supervise(lock dlock.Lock, argv []string, grace time.Duration, sigs <-chan os.Signal) error {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	if a.stdin != nil { // a nil *os.File in an interface is not "no input"
 		cmd.Stdin = a.stdin

@@ -80,10 +80,10 @@ func (a *app) unlock(ctx context.Context, name string, yes bool) error {
 	// that was released and taken again since the question is not touched.
 	got, err := c.ForceUnlock(ctx, name, info.Token)
 	switch {
+	case errors.Is(err, dlock.ErrNotHeld) && got.Token == "":
+		return fmt.Errorf("%w: lock %q was released since it was shown; nothing deleted", dlock.ErrNotHeld, name)
 	case errors.Is(err, dlock.ErrNotHeld):
 		return fmt.Errorf("%w: lock %q changed hands since it was shown (now owner %q, fence %d); nothing deleted", dlock.ErrNotHeld, name, got.Owner, got.Fence)
-	case errors.Is(err, dlock.ErrNotLocked):
-		return fmt.Errorf("%w: lock %q was released since it was shown; nothing deleted", dlock.ErrNotLocked, name)
 	case err != nil:
 		return err
 	}

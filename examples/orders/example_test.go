@@ -34,7 +34,7 @@ func Example() {
 	defer redisSrv.Kill()
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	locker := dlock.New(rdb)
+	locker := dlock.MustNew(rdb)
 	defer locker.Close(ctx)
 
 	srv := httptest.NewServer(newHandler(locker, rdb, "example", 0, false))

@@ -49,7 +49,10 @@ func run(ctx context.Context, args []string) error {
 
 	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	locker := dlock.New(rdb, dlock.WithOwner("orders@"+*listen))
+	locker, err := dlock.New(rdb, dlock.WithOwner("orders@"+*listen))
+	if err != nil {
+		return err
+	}
 	// Deferred after rdb.Close, so it runs first: locks are released while
 	// the connection is still open.
 	defer locker.Close(context.Background())

@@ -26,7 +26,11 @@ func main() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	locker := dlock.New(rdb, dlock.WithOwner("quickstart"))
+	locker, err := dlock.New(rdb, dlock.WithOwner("quickstart"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close(ctx)
 
 	var wg sync.WaitGroup
 	for _, worker := range []string{"worker-a", "worker-b"} {
@@ -36,7 +40,7 @@ func main() {
 }
 
 // process handles an order if it can take the order's lock.
-func process(ctx context.Context, locker *dlock.Client, worker, order string) {
+func process(ctx context.Context, locker dlock.Locker, worker, order string) {
 	lock, err := locker.TryAcquire(ctx, order, dlock.WithTTL(5*time.Second))
 	var busy *dlock.NotObtainedError
 	switch {

@@ -124,7 +124,7 @@ func RunInProcess(ctx context.Context, addr, resAddr string, seed uint64, d time
 	clients := make([]*dlock.Client, opts.Workers)
 	for i := range clients {
 		if !opts.Naive {
-			clients[i] = dlock.New(rdbs[i], dlock.WithPrefix(opts.Prefix+"lock:"),
+			clients[i] = dlock.MustNew(rdbs[i], dlock.WithPrefix(opts.Prefix+"lock:"),
 				dlock.WithReleaseTimeout(time.Second), dlock.WithOwner(fmt.Sprintf("torture-w%d", i)))
 		}
 		wg.Add(1)
@@ -227,7 +227,7 @@ func (r *inproc) worker(ctx context.Context, i int, c *dlock.Client, rdb *redis.
 		var l holdable
 		var err error
 		if c != nil {
-			var dl *dlock.Lock
+			var dl dlock.Lock
 			if dl, err = c.Acquire(ctx, name, dlock.WithTTL(r.opts.TTL), dlock.WithWait(r.opts.Wait)); err == nil {
 				l = dl
 			}

@@ -176,7 +176,7 @@ func newLocker(kind string, rdb redis.UniversalClient, owner, prefix string, ttl
 		if replicas > 0 {
 			opts = append(opts, dlock.WithReplicas(replicas, ttl/4))
 		}
-		return dlockLocker{c: dlock.New(rdb, dlock.WithOwner(owner), dlock.WithPrefix(prefix)), opts: opts}, nil
+		return dlockLocker{c: dlock.MustNew(rdb, dlock.WithOwner(owner), dlock.WithPrefix(prefix)), opts: opts}, nil
 	case LockSetnxExpire, LockPlainDel, LockGetThenDel, LockNoRenewal:
 		return &naive{rdb: rdb, prefix: prefix, kind: kind, ttl: ttl, wait: wait}, nil
 	}

@@ -1,0 +1,128 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Lock is a held lock: one acquisition of a name. *Client, the redlock
+// package's Redlock and dlocktest's in-memory Locker all hand out Locks, so
+// code written against Lock and Locker runs on any of them, and unit tests
+// can use dlocktest instead of Redis.
+//
+// A Lock is safe for concurrent use. Once Release returned, or the lock was
+// lost, its methods report ErrNotHeld.
+type Lock interface {
+	// Name returns the lock's name as given to Acquire.
+	Name() string
+	// Token returns this acquisition's random token. It is a secret of the
+	// holder: whoever knows it can release the lock, so never log it in
+	// full.
+	Token() string
+	// Fence returns this acquisition's fencing token: it grows with every
+	// acquisition of the name. Pass it to the resource the lock protects,
+	// which refuses writes carrying a smaller fence than it has seen.
+	Fence() int64
+	// Context returns the lock's context, cancelled the moment the lock
+	// ends: released (cause ErrReleased) or lost (a cause matching
+	// ErrLockLost), before the lease runs out in Redis. Pass it to the work
+	// the lock protects.
+	Context() context.Context
+	// TTL returns what is left of the lease.
+	TTL(ctx context.Context) (time.Duration, error)
+	// Refresh makes the lease last at least ttl from now, if the lock is
+	// still held; later renewals use ttl.
+	Refresh(ctx context.Context, ttl time.Duration) error
+	// Release lets the lock go and ends its context. It reports ErrNotHeld
+	// when the lock was no longer held (released before, expired, taken
+	// over); then it changed nothing.
+	Release(ctx context.Context) error
+}
+
+// Locker hands out Locks by name. *Client implements it on one Redis
+// deployment; redlock.Redlock on a quorum of independent ones; dlocktest's
+// Locker in memory, for unit tests.
+type Locker interface {
+	// Acquire takes the lock name, waiting while another holder has it: up
+	// to the wait limit (WithWait) or until ctx ends. A busy lock gives an
+	// error matching ErrNotObtained. On error the returned Lock is nil.
+	Acquire(ctx context.Context, name string, opts ...AcquireOption) (Lock, error)
+	// TryAcquire makes one attempt, without waiting.
+	TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (Lock, error)
+	// Do runs fn while holding the lock name: see Run.
+	Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...AcquireOption) error
+}
+
+var _ Locker = (*Client)(nil)
+
+type lockKey struct{}
+
+// NewContext returns a copy of ctx that carries l, for FromContext. Do, Run,
+// and dlockhttp's and dlockgrpc's handlers put their lock there themselves.
+func NewContext(ctx context.Context, l Lock) context.Context {
+	return context.WithValue(ctx, lockKey{}, l)
+}
+
+// FromContext returns the lock held for the work whose context is ctx: the
+// one Do, Run, dlockhttp's middleware or dlockgrpc's interceptors hold, or
+// one put there with NewContext. The innermost wins when locks nest. ok is
+// false when ctx carries no lock.
+func FromContext(ctx context.Context) (l Lock, ok bool) {
+	l, ok = ctx.Value(lockKey{}).(Lock)
+	return l, ok
+}
+
+// Run runs fn under l, a lock the caller holds, and releases l when fn
+// returns or panics. Do is Acquire followed by Run; dlockhttp and dlockgrpc
+// run handlers through it.
+//
+// fn's context ends when ctx does and also the moment l is lost, with the
+// loss as its cause; it carries l, for FromContext. When l was lost while fn
+// ran, Run returns fn's error joined with an error matching ErrLockLost: the
+// work may not have been exclusive, and the caller must treat it so (retry
+// idempotently, or rely on the fence at the resource). A failed release is
+// joined the same way.
+//
+// A panic in fn is not recovered: the release runs in a deferred call and
+// the panic goes on with its original value and stack.
+func Run(ctx context.Context, l Lock, fn func(ctx context.Context) error) (err error) {
+	lctx := l.Context()
+	fctx, cancel := context.WithCancelCause(NewContext(ctx, l))
+	// Stopped before the release, whose own cancellation of the lock's
+	// context (cause ErrReleased) must not reach fn's.
+	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
+	defer func() {
+		stop()
+		cancel(context.Canceled)
+		// The release must run even when ctx has ended: that is when
+		// deferred releases usually run.
+		relErr := l.Release(context.WithoutCancel(ctx))
+		cause := context.Cause(lctx)
+		switch {
+		case errors.Is(cause, ErrLockLost):
+			err = errors.Join(err, &Error{Op: "do", Name: l.Name(), Err: cause})
+		case errors.Is(relErr, ErrNotHeld):
+			// Gone before the release, though no renewal noticed: lost all
+			// the same.
+			err = errors.Join(err, &Error{Op: "do", Name: l.Name(), Err: fmt.Errorf("%w: gone at release", ErrLockLost)})
+		case relErr != nil:
+			err = errors.Join(err, relErr)
+		}
+	}()
+	return fn(fctx)
+}
+
+// Do runs fn while holding the lock name: it acquires (waiting as Acquire
+// does, with the same options), then runs fn as Run does: fn's context ends
+// when the lock is lost and carries the lock (FromContext, for its Fence),
+// the lock is released when fn returns or panics, and a loss while fn ran
+// is reported as an error matching ErrLockLost.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...AcquireOption) error {
+	l, err := c.Acquire(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, l, fn)
+}
