@@ -110,13 +110,27 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 
 // prepare validates the name and options before anything is sent.
 func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption) (acquireConfig, error) {
-	ac := acquireConfig{ttl: c.cfg.defaultTTL, wait: DefaultWait, renew: true}
+	ac, err := readAcquire(name, TTLBounds{Default: c.cfg.defaultTTL, Min: c.cfg.minTTL, Max: c.cfg.maxTTL}, opts)
+	if err == nil {
+		err = c.checkUsable(ctx)
+	}
+	if err != nil {
+		return ac, opError("acquire", name, err)
+	}
+	return ac, nil
+}
+
+// readAcquire applies opts over the defaults and checks them and the name:
+// the rules every Locker applies (ReadAcquireOptions). The TTL is rounded
+// down to whole ms, and cut to the hold limit.
+func readAcquire(name string, b TTLBounds, opts []AcquireOption) (acquireConfig, error) {
+	ac := acquireConfig{ttl: b.Default, wait: DefaultWait, renew: true}
 	for _, o := range opts {
 		o.applyAcquire(&ac)
 	}
 	err := checkName(name)
 	if err == nil {
-		err = c.cfg.checkTTL(ac.ttl)
+		err = checkTTL(ac.ttl, b.Min, b.Max)
 	}
 	if err == nil && ac.wait < 0 {
 		err = fmt.Errorf("%w: wait %v is negative", ErrInvalidOption, ac.wait)
@@ -128,14 +142,11 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 	if err == nil && ac.maxHold < 0 {
 		err = fmt.Errorf("%w: max hold %v is negative", ErrInvalidOption, ac.maxHold)
 	}
-	if err == nil && ac.maxHold > 0 && ac.maxHold < c.cfg.minTTL {
-		err = fmt.Errorf("%w: max hold %v is below the minimum TTL %v", ErrInvalidOption, ac.maxHold, c.cfg.minTTL)
-	}
-	if err == nil {
-		err = c.checkUsable(ctx)
+	if err == nil && ac.maxHold > 0 && ac.maxHold < b.Min {
+		err = fmt.Errorf("%w: max hold %v is below the minimum TTL %v", ErrInvalidOption, ac.maxHold, b.Min)
 	}
 	if err != nil {
-		return ac, opError("acquire", name, err)
+		return ac, err
 	}
 	if ac.maxHold > 0 && ac.maxHold < ac.ttl {
 		// The first lease, too, ends at the hold limit at the latest.

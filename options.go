@@ -191,16 +191,55 @@ func WithMaxHold(d time.Duration) AcquireOption {
 }
 
 // checkTTL enforces the client's TTL bounds.
-func (c *config) checkTTL(d time.Duration) error {
+func (c *config) checkTTL(d time.Duration) error { return checkTTL(d, c.minTTL, c.maxTTL) }
+
+func checkTTL(d, lo, hi time.Duration) error {
 	switch {
 	case d <= 0:
 		return fmt.Errorf("%w: %v is not positive", ErrInvalidTTL, d)
-	case d < c.minTTL:
-		return fmt.Errorf("%w: %v is below the minimum %v", ErrInvalidTTL, d, c.minTTL)
-	case d > c.maxTTL:
-		return fmt.Errorf("%w: %v is above the maximum %v", ErrInvalidTTL, d, c.maxTTL)
+	case d < lo:
+		return fmt.Errorf("%w: %v is below the minimum %v", ErrInvalidTTL, d, lo)
+	case d > hi:
+		return fmt.Errorf("%w: %v is above the maximum %v", ErrInvalidTTL, d, hi)
 	}
 	return nil
+}
+
+// TTLBounds are a Locker's default TTL and the smallest and largest it
+// accepts, for ReadAcquireOptions.
+type TTLBounds struct{ Default, Min, Max time.Duration }
+
+// Check reports an error matching ErrInvalidTTL when ttl is not positive or
+// outside [b.Min, b.Max], as Refresh does.
+func (b TTLBounds) Check(ttl time.Duration) error { return checkTTL(ttl, b.Min, b.Max) }
+
+// DefaultTTLBounds are a Client's bounds without options.
+var DefaultTTLBounds = TTLBounds{Default: DefaultTTL, Min: DefaultMinTTL, Max: DefaultMaxTTL}
+
+// AcquireSettings is what a list of AcquireOptions asks of one acquisition,
+// read by ReadAcquireOptions.
+type AcquireSettings struct {
+	TTL     time.Duration // WithTTL, or the Locker's default; whole ms, at most MaxHold
+	Wait    time.Duration // WithWait, or DefaultWait
+	Renew   bool          // false after WithoutRenewal
+	MaxHold time.Duration // WithMaxHold; 0: no limit
+	// Replicas and ReplicaTimeout are WithReplicas'; 0 without it.
+	Replicas       int
+	ReplicaTimeout time.Duration
+}
+
+// ReadAcquireOptions applies opts and checks them and name by the rules
+// Client applies, with the TTL bounds b. It is for Lockers outside this
+// package (redlock, dlocktest, a user's own), so that every Locker refuses
+// the same input with the same errors: an *Error of Op "acquire" matching
+// ErrInvalidName, ErrInvalidTTL or ErrInvalidOption.
+func ReadAcquireOptions(name string, b TTLBounds, opts ...AcquireOption) (AcquireSettings, error) {
+	ac, err := readAcquire(name, b, opts)
+	if err != nil {
+		return AcquireSettings{}, opError("acquire", name, err)
+	}
+	return AcquireSettings{TTL: ac.ttl, Wait: ac.wait, Renew: ac.renew, MaxHold: ac.maxHold,
+		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait}, nil
 }
 
 // checkName refuses names Redis would take but no user means: the empty
