@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 // TryAcquire makes one attempt to take the lock name. When another holder
@@ -84,7 +84,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 		l, _, err := c.attempt(ctx, name, k, ac, newToken(), false)
 		return l, err
 	}
-	if !c.waitersOf(name) && !c.notify.active(k.handoff+c.id) {
+	if !c.waitersOf(name) && !c.notify.active(k.Handoff+c.id) {
 		// Nobody of this process waits for the name, nor did lately: one
 		// plain attempt first, so an uncontended Acquire costs what
 		// TryAcquire does. A name contended lately goes straight into the
@@ -169,20 +169,21 @@ type busy struct {
 // command was out) the script may have granted the lock all the same. That
 // grant is given back in the background, so that it does not block everyone
 // for a whole TTL.
-func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireConfig, token string, queue bool) (*redisLock, busy, error) {
+func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acquireConfig, token string, queue bool) (*redisLock, busy, error) {
 	waiter := ""
 	if queue {
 		waiter = c.id
 	}
 	sent := time.Now()
-	args := []any{token, ms(ac.ttl), c.cfg.owner, waiter, ms(waiterAlive(ac.ttl)), ms(queueExpiry), ms(c.cfg.fenceLifetime)}
+	call := node.Acquire(k, token, node.AcquireArgs{TTL: ac.ttl, Owner: c.cfg.owner, Waiter: waiter,
+		Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime})
 	var res []any
 	var acked int64
 	var err error
 	if ac.replicas > 0 {
-		res, acked, err = c.scriptWithWait(ctx, k, token, ac, args)
+		res, acked, err = c.scriptWithWait(ctx, k, ac, call)
 	} else {
-		res, err = scripts.Acquire.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qdata, k.record + token}, args...).Slice()
+		res, err = call.Run(ctx, c.rdb).Slice()
 	}
 	if err != nil {
 		// A lost reply may have granted the lock; an error reply of a
@@ -198,7 +199,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireCon
 		}
 		return nil, busy{}, opError("acquire", name, redisError(err))
 	}
-	ok, n, holderFence, perr := parseAcquire(res)
+	g, perr := node.ParseGrant(res)
 	if perr != nil {
 		c.giveBack(ctx, k, token, ac.ttl)
 		return nil, busy{}, opError("acquire", name, perr)
@@ -207,13 +208,13 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireCon
 	// answered: refuse a server too old for dlock, and warn of an eviction
 	// policy that can delete held locks. Here it is one atomic load.
 	if cerr := c.serverVerdictNow(); cerr != nil {
-		if ok || queue {
+		if g.OK || queue {
 			c.giveBack(ctx, k, token, ac.ttl) // a grant, or a place in line
 		}
 		return nil, busy{}, opError("acquire", name, cerr)
 	}
-	if !ok {
-		b := busy{ttl: time.Duration(n) * time.Millisecond, fence: holderFence}
+	if !g.OK {
+		b := busy{ttl: time.Duration(g.HolderTTL) * time.Millisecond, fence: g.HolderFence}
 		return nil, b, opError("acquire", name, &NotObtainedError{Name: name, HolderTTL: b.ttl})
 	}
 	// Too few replicas is reported as such (the WAIT that came with the
@@ -229,7 +230,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, ac acquireCon
 		c.giveBack(ctx, k, token, ac.ttl)
 		return nil, busy{}, opError("acquire", name, &NotObtainedError{Name: name, late: took, lease: ac.ttl})
 	}
-	l := c.newLock(ctx, name, k, token, n, ac, sent)
+	l := c.newLock(ctx, name, k, token, g.Fence, ac, sent)
 	if ac.replicas > 0 {
 		if err := c.checkReplicated(ctx, l, ac, acked); err != nil {
 			return nil, busy{}, err
@@ -254,7 +255,7 @@ func isServerReply(err error) bool {
 // READONLY) often fails the first withdrawal too, so it is tried again with
 // backoff while the token's queue entry, of a lock of ttl, could still be
 // handed the lock (waiterAlive), unless Close has begun.
-func (c *Client) giveBack(ctx context.Context, k keys, token string, ttl time.Duration) {
+func (c *Client) giveBack(ctx context.Context, k node.Keys, token string, ttl time.Duration) {
 	c.hmu.Lock()
 	if c.bgClosed {
 		c.hmu.Unlock()
@@ -277,22 +278,6 @@ func (c *Client) giveBack(ctx context.Context, k keys, token string, ttl time.Du
 			}
 		}
 	}()
-}
-
-// parseAcquire reads {1, fence} or {0, pttl, holder fence}.
-func parseAcquire(res []any) (ok bool, n, holderFence int64, err error) {
-	if len(res) < 2 {
-		return false, 0, 0, fmt.Errorf("unexpected reply of %d elements", len(res))
-	}
-	flag, ok1 := res[0].(int64)
-	n, ok2 := res[1].(int64)
-	if !ok1 || !ok2 {
-		return false, 0, 0, fmt.Errorf("unexpected reply of types %T, %T", res[0], res[1])
-	}
-	if len(res) > 2 {
-		holderFence, _ = res[2].(int64)
-	}
-	return flag == 1, n, holderFence, nil
 }
 
 // waiterRenew is how often a waiter renews its entry in the Redis queue, and
@@ -325,8 +310,8 @@ const queueExpiry = 6 * time.Second
 // was lost since (the lease ran out while this process stalled, and somebody
 // else took the lock): it is ignored. A newer one happened after every busy
 // attempt, so its lease started after the last one was sent.
-func (c *Client) waitInLine(ctx, wctx context.Context, name string, k keys, ac acquireConfig, q *localQueue) (*redisLock, error) {
-	sub, err := c.notify.subscribe(wctx, k.handoff+c.id)
+func (c *Client) waitInLine(ctx, wctx context.Context, name string, k node.Keys, ac acquireConfig, q *localQueue) (*redisLock, error) {
+	sub, err := c.notify.subscribe(wctx, k.Handoff+c.id)
 	if err != nil {
 		return nil, opError("acquire", name, redisError(err))
 	}
@@ -430,7 +415,7 @@ func handedTo(msg, token string) (int64, bool) {
 // lastSeen; when too little of it is known to be left, it is refreshed before
 // the caller starts work. An error matching ErrNotHeld means the hand-off's
 // lease ran out before it was confirmed: the caller waits on.
-func (c *Client) handedOver(ctx context.Context, name string, k keys, token string, fence int64, ac acquireConfig, lastSeen time.Time) (*redisLock, error) {
+func (c *Client) handedOver(ctx context.Context, name string, k node.Keys, token string, fence int64, ac acquireConfig, lastSeen time.Time) (*redisLock, error) {
 	l := c.newLock(ctx, name, k, token, fence, ac, lastSeen)
 	fail := func(err error) (*redisLock, error) {
 		// Nobody else can release this lock: do it before giving up, or it
@@ -462,7 +447,7 @@ func (c *Client) handedOver(ctx context.Context, name string, k keys, token stri
 // withdraw leaves the Redis queue after giving up. If a release handed us
 // the lock in the meantime, the same script releases it to the next waiter.
 // It runs on a fresh context: the caller's has ended.
-func (c *Client) withdraw(ctx context.Context, k keys, token string) error {
+func (c *Client) withdraw(ctx context.Context, k node.Keys, token string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.releaseTimeout)
 	defer cancel()
 	_, err := c.releaseScript(rctx, k, token, true, releaseRecordTTL)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 // LockInfo is what Redis says about one held lock, for operators: the CLI,
@@ -126,7 +128,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 // are not held (released since a scan saw them).
 func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error) {
 	type reads struct {
-		k       keys
+		k       node.Keys
 		h       *redis.MapStringStringCmd
 		pttl    *redis.DurationCmd
 		waiters *redis.IntCmd
@@ -135,7 +137,7 @@ func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error
 	rs := make([]reads, len(names))
 	for i, name := range names {
 		k := c.keys(name)
-		rs[i] = reads{k: k, h: pipe.HGetAll(ctx, k.lock), pttl: pipe.PTTL(ctx, k.lock), waiters: pipe.ZCard(ctx, k.queue)}
+		rs[i] = reads{k: k, h: pipe.HGetAll(ctx, k.Lock), pttl: pipe.PTTL(ctx, k.Lock), waiters: pipe.ZCard(ctx, k.Queue)}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, redisError(err)
@@ -150,7 +152,7 @@ func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error
 		since, _ := strconv.ParseInt(f["since"], 10, 64)
 		lease, _ := strconv.ParseInt(f["ttl"], 10, 64)
 		infos = append(infos, LockInfo{
-			Name: names[i], Key: r.k.lock, Owner: f["owner"], Token: f["token"], Fence: fence,
+			Name: names[i], Key: r.k.Lock, Owner: f["owner"], Token: f["token"], Fence: fence,
 			Since: time.UnixMilli(since), Lease: time.Duration(lease) * time.Millisecond,
 			TTL: r.pttl.Val(), Waiters: r.waiters.Val(),
 		})

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 // Client hands out locks on one Redis deployment. Make one per process and
@@ -72,7 +74,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		cfg.fail(fmt.Errorf("%w: no Redis client", ErrInvalidOption))
 	}
 	if err := cfg.checkTTL(cfg.defaultTTL); err != nil {
-		cfg.fail(fmt.Errorf("default TTL: %w", err))
+		cfg.fail(fmt.Errorf("%w (WithDefaultTTL)", err))
 	}
 	if cfg.err != nil {
 		return nil, opError("new", "", cfg.err)
@@ -148,40 +150,8 @@ func (c *Client) untrack(l *redisLock) {
 	c.hmu.Unlock()
 }
 
-// keys of one lock. All share the hash tag {name}, so they live in one
-// Cluster slot and one script can touch them all.
-type keys struct {
-	lock    string // hash: token, fence, owner, since, ttl
-	fence   string // counter of fencing tokens, expires after an idle lifetime
-	queue   string // zset of waiter tokens by arrival
-	qdata   string // hash of waiter token -> client id, ttl, alive until, owner
-	handoff string // prefix of the channels that tell a waiter it got the lock
-	record  string // prefix of the release records, one per released token
-}
-
-// Key suffixes after the lock's own key.
-const (
-	sufFence   = ":fence"
-	sufQueue   = ":q"
-	sufQData   = ":qd"
-	sufHandoff = ":w:"
-	sufRecord  = ":r:"
-)
-
-func (c *Client) keys(name string) keys {
-	// Keys are built on every acquisition, the hot path of an uncontended
-	// lock: two allocations, the other keys being slices of one string.
-	base := c.cfg.prefix + "{" + name + "}"
-	all := base + sufFence + base + sufQueue + base + sufQData + base + sufHandoff + base + sufRecord
-	off := 0
-	take := func(suffix string) string {
-		s := all[off : off+len(base)+len(suffix)]
-		off += len(s)
-		return s
-	}
-	return keys{lock: base, fence: take(sufFence), queue: take(sufQueue), qdata: take(sufQData),
-		handoff: take(sufHandoff), record: take(sufRecord)}
-}
+// keys returns the keys of the lock name under the client's prefix.
+func (c *Client) keys(name string) node.Keys { return node.KeysOf(c.cfg.prefix, name) }
 
 // newToken returns 128 random bits, hex encoded. crypto/rand does not fail
 // on supported platforms (it crashes the program rather than return weak

@@ -60,15 +60,37 @@ func TestBadInputChangesNothing(t *testing.T) {
 
 func TestBadClientOptions(t *testing.T) {
 	_, rdb, _ := setup(t)
-	for _, opt := range []dlock.Option{
-		dlock.WithPrefix("a{b"),
-		dlock.WithTTLBounds(time.Second, time.Millisecond),
-		dlock.WithReleaseTimeout(0),
+	for _, tc := range []struct {
+		opt  dlock.Option
+		want error
+		text string // the bound or value the error names
+	}{
+		{dlock.WithPrefix("a{b"), dlock.ErrInvalidOption, `prefix "a{b"`},
+		{dlock.WithTTLBounds(time.Second, time.Millisecond), dlock.ErrInvalidTTL, "[1s, 1ms]"},
+		{dlock.WithReleaseTimeout(0), dlock.ErrInvalidOption, "release timeout 0s"},
+		{dlock.WithFenceLifetime(time.Millisecond), dlock.ErrInvalidOption, "fence lifetime 1ms"},
+		{dlock.WithDefaultTTL(48 * time.Hour), dlock.ErrInvalidTTL, "48h0m0s is above the maximum 24h0m0s (WithDefaultTTL)"},
 	} {
-		c := newLocker(t, rdb, opt)
-		if _, err := c.TryAcquire(bg, "x"); !errors.Is(err, dlock.ErrInvalidOption) && !errors.Is(err, dlock.ErrInvalidTTL) {
-			t.Fatalf("client with a bad option: %v", err)
+		// New refuses at once: no sticky error found at the first call.
+		c, err := dlock.New(rdb, tc.opt)
+		if c != nil || !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
+			t.Fatalf("New with a bad option: %v, %v; want nil and %v naming %s", c, err, tc.want, tc.text)
 		}
+		var de *dlock.Error
+		if !errors.As(err, &de) || de.Op != "new" {
+			t.Fatalf("New's error %v is not a *dlock.Error of op new", err)
+		}
+		func() {
+			defer func() {
+				if p := recover(); p == nil {
+					t.Fatal("MustNew with a bad option did not panic")
+				}
+			}()
+			dlock.MustNew(rdb, tc.opt)
+		}()
+	}
+	if _, err := dlock.New(nil); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Fatalf("New(nil): %v, want ErrInvalidOption", err)
 	}
 	if n := rdb.DBSize(bg).Val(); n != 0 {
 		t.Fatalf("bad options wrote %d keys", n)

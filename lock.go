@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 // Lock is one acquisition of a named lock. It is safe for concurrent use.
@@ -20,7 +20,7 @@ import (
 type redisLock struct {
 	c       *Client
 	name    string
-	keys    keys
+	keys    node.Keys
 	token   string
 	fence   int64
 	renew   bool          // the client's renewal loop keeps it alive
@@ -68,7 +68,7 @@ const (
 	lost
 )
 
-func (c *Client) newLock(ctx context.Context, name string, k keys, token string, fence int64, ac acquireConfig, sent time.Time) *redisLock {
+func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token string, fence int64, ac acquireConfig, sent time.Time) *redisLock {
 	l := &redisLock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, start: sent, ttl: ac.ttl,
 		leased: sent, until: leaseEnd(sent, ac.ttl), index: -1}
 	if ac.maxHold > 0 {
@@ -137,7 +137,7 @@ func (l *redisLock) TTL(ctx context.Context) (time.Duration, error) {
 	if l.is(released) {
 		return 0, opError("ttl", l.name, ErrNotHeld)
 	}
-	left, err := scripts.PTTL.Run(ctx, l.c.rdb, []string{l.keys.lock}, l.token).Int64()
+	left, err := node.PTTL(l.keys, l.token).Run(ctx, l.c.rdb).Int64()
 	if err != nil {
 		return 0, opError("ttl", l.name, redisError(err))
 	}
@@ -246,22 +246,15 @@ func (l *redisLock) release(ctx context.Context) error {
 
 // runRelease runs the release script: it frees the lock if token still holds
 // it and hands it to the first live waiter.
-func (c *Client) runRelease(ctx context.Context, k keys, token string) (int64, error) {
+func (c *Client) runRelease(ctx context.Context, k node.Keys, token string) (int64, error) {
 	return c.releaseScript(ctx, k, token, false, releaseRecordTTL)
 }
 
 // releaseScript runs the release script. dropEntry also removes token's
 // queue entry (a waiter that gives up); record 0 leaves no release record.
-func (c *Client) releaseScript(ctx context.Context, k keys, token string, dropEntry bool, record time.Duration) (int64, error) {
-	sharded, drop := "0", "0"
-	if c.notify.sharded() {
-		sharded = "1"
-	}
-	if dropEntry {
-		drop = "1"
-	}
-	return scripts.Release.Run(ctx, c.rdb, []string{k.lock, k.fence, k.queue, k.qdata, k.record + token},
-		token, ms(record), drop, k.handoff, sharded, ms(c.cfg.fenceLifetime)).Int64()
+func (c *Client) releaseScript(ctx context.Context, k node.Keys, token string, dropEntry bool, record time.Duration) (int64, error) {
+	return node.Release(k, token, node.ReleaseArgs{Record: record, GiveUp: dropEntry,
+		Sharded: c.notify.sharded(), FenceLifetime: c.cfg.fenceLifetime}).Run(ctx, c.rdb).Int64()
 }
 
 // releaseRecordTTL is how long Redis keeps the record of a token's release, so
@@ -273,7 +266,7 @@ const releaseRecordTTL = 30 * time.Second
 // refreshScript runs the owner-checked refresh whatever the local state. It
 // reports what Redis answered; the caller confirms the lease.
 func (l *redisLock) refreshScript(ctx context.Context, ttl time.Duration) (bool, error) {
-	ok, err := scripts.Refresh.Run(ctx, l.c.rdb, []string{l.keys.lock}, l.token, ms(ttl)).Int64()
+	ok, err := node.Refresh(l.keys, l.token, ttl).Run(ctx, l.c.rdb).Int64()
 	return err == nil && ok == 1, err
 }
 

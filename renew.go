@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 // renewer is the Client's one renewal loop. It keeps the held locks in a heap
@@ -253,12 +253,7 @@ func (r *renewer) send(ctx context.Context, jobs []*renewal, source bool) {
 	sent := time.Now()
 	for _, j := range jobs {
 		j.sent = sent
-		keys, args := []string{j.l.keys.lock}, []any{j.l.token, ms(j.ttl)}
-		if source {
-			j.cmd = scripts.Refresh.Eval(ctx, pipe, keys, args...)
-		} else {
-			j.cmd = scripts.Refresh.EvalSha(ctx, pipe, keys, args...)
-		}
+		j.cmd = node.Refresh(j.l.keys, j.l.token, j.ttl).Queue(ctx, pipe, source)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 // WithReplicas makes an acquisition wait until n replicas acknowledged the
@@ -29,12 +29,8 @@ func WithReplicas(n int, timeout time.Duration) AcquireOption {
 // pipeline, like scriptWithWait.
 func (c *Client) refreshWithWait(ctx context.Context, l *redisLock, ac acquireConfig) (int64, error) {
 	sent := time.Now()
-	res, acked, err := c.withWait(ctx, l.keys.lock, ac, func(pipe redis.Pipeliner, source bool) *redis.Cmd {
-		keys, args := []string{l.keys.lock}, []any{l.token, ms(ac.ttl)}
-		if source {
-			return scripts.Refresh.Eval(ctx, pipe, keys, args...)
-		}
-		return scripts.Refresh.EvalSha(ctx, pipe, keys, args...)
+	res, acked, err := c.withWait(ctx, l.keys.Lock, ac, func(pipe redis.Pipeliner, source bool) *redis.Cmd {
+		return node.Refresh(l.keys, l.token, ac.ttl).Queue(ctx, pipe, source)
 	})
 	if err != nil {
 		return 0, opError("acquire", l.name, redisError(err))
@@ -51,13 +47,9 @@ func (c *Client) refreshWithWait(ctx context.Context, l *redisLock, ac acquireCo
 // scriptWithWait runs the acquire script and WAIT on one connection in one
 // pipeline: Redis refuses WAIT inside a script, and WAIT counts the writes of
 // the connection it is sent on.
-func (c *Client) scriptWithWait(ctx context.Context, k keys, token string, ac acquireConfig, args []any) ([]any, int64, error) {
-	keys := []string{k.lock, k.fence, k.queue, k.qdata, k.record + token}
-	res, acked, err := c.withWait(ctx, k.lock, ac, func(pipe redis.Pipeliner, source bool) *redis.Cmd {
-		if source {
-			return scripts.Acquire.Eval(ctx, pipe, keys, args...)
-		}
-		return scripts.Acquire.EvalSha(ctx, pipe, keys, args...)
+func (c *Client) scriptWithWait(ctx context.Context, k node.Keys, ac acquireConfig, call node.Call) ([]any, int64, error) {
+	res, acked, err := c.withWait(ctx, k.Lock, ac, func(pipe redis.Pipeliner, source bool) *redis.Cmd {
+		return call.Queue(ctx, pipe, source)
 	})
 	if err != nil {
 		return nil, 0, err

@@ -1,0 +1,164 @@
+// Package node is dlock's protocol on one Redis primary: the keys of a lock
+// and the calls of its scripts, with their arguments and replies. The core
+// package (dlock.Client) and the redlock package build on it, so neither
+// reaches into the other's fields and the wire format is written once.
+//
+// It knows nothing of waiting, renewal or deadlines: those are the callers'.
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// Keys of one lock. All share the hash tag {name}, so they live in one
+// Cluster slot and one script can touch them all.
+type Keys struct {
+	Lock    string // hash: token, fence, owner, since, ttl
+	Fence   string // counter of fencing tokens, expires after an idle lifetime
+	Queue   string // zset of waiter tokens by arrival
+	QData   string // hash of waiter token -> client id, ttl, alive until, owner
+	Handoff string // prefix of the channels that tell a waiter it got the lock
+	Record  string // prefix of the release records, one per released token
+}
+
+// Key suffixes after the lock's own key.
+const (
+	sufFence   = ":fence"
+	sufQueue   = ":q"
+	sufQData   = ":qd"
+	sufHandoff = ":w:"
+	sufRecord  = ":r:"
+)
+
+// KeysOf returns the keys of the lock name under prefix.
+func KeysOf(prefix, name string) Keys {
+	// Keys are built on every acquisition, the hot path of an uncontended
+	// lock: two allocations, the other keys being slices of one string.
+	base := prefix + "{" + name + "}"
+	all := base + sufFence + base + sufQueue + base + sufQData + base + sufHandoff + base + sufRecord
+	off := 0
+	take := func(suffix string) string {
+		s := all[off : off+len(base)+len(suffix)]
+		off += len(s)
+		return s
+	}
+	return Keys{Lock: base, Fence: take(sufFence), Queue: take(sufQueue), QData: take(sufQData),
+		Handoff: take(sufHandoff), Record: take(sufRecord)}
+}
+
+// Call is one run of a script: the script, its keys and its arguments.
+type Call struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// Run sends the call by SHA, and with its source after NOSCRIPT.
+func (c Call) Run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
+	return c.script.Run(ctx, rdb, c.keys, c.args...)
+}
+
+// Queue adds the call to a pipeline: by SHA, or with its source (after the
+// pipeline's first try answered NOSCRIPT).
+func (c Call) Queue(ctx context.Context, pipe redis.Pipeliner, source bool) *redis.Cmd {
+	if source {
+		return c.script.Eval(ctx, pipe, c.keys, c.args...)
+	}
+	return c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+}
+
+// AcquireArgs are the acquire script's arguments besides the token.
+type AcquireArgs struct {
+	TTL   time.Duration // the lease asked for
+	Owner string        // free text stored with the lock
+	// Waiter is the client id that queues this token when the lock is
+	// busy, or "" for an attempt that does not queue.
+	Waiter string
+	// Alive is how long the waiter's entry lives without a renewed
+	// attempt; QueueExpiry the queue's own expiry.
+	Alive, QueueExpiry time.Duration
+	FenceLifetime      time.Duration // the fence counter's idle lifetime
+}
+
+// Acquire takes the lock for token if it is free (or ours already).
+func Acquire(k Keys, token string, a AcquireArgs) Call {
+	return Call{scripts.Acquire, []string{k.Lock, k.Fence, k.Queue, k.QData, k.Record + token},
+		[]any{token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime)}}
+}
+
+// Grant is the acquire script's answer.
+type Grant struct {
+	OK    bool  // the lock is ours
+	Fence int64 // our fence, when OK
+	// HolderTTL is the holder's remaining lease in ms when not OK (-1: no
+	// expiry, -3: the token was given up), HolderFence its fence.
+	HolderTTL, HolderFence int64
+}
+
+// ParseGrant reads the acquire script's reply {1, fence} or {0, pttl,
+// holder fence}.
+func ParseGrant(res []any) (Grant, error) {
+	if len(res) < 2 {
+		return Grant{}, fmt.Errorf("unexpected reply of %d elements", len(res))
+	}
+	flag, ok1 := res[0].(int64)
+	n, ok2 := res[1].(int64)
+	if !ok1 || !ok2 {
+		return Grant{}, fmt.Errorf("unexpected reply of types %T, %T", res[0], res[1])
+	}
+	if flag == 1 {
+		return Grant{OK: true, Fence: n}, nil
+	}
+	g := Grant{HolderTTL: n}
+	if len(res) > 2 {
+		g.HolderFence, _ = res[2].(int64)
+	}
+	return g, nil
+}
+
+// Refresh extends the lease of token's lock to at least ttl; the reply is 1
+// when extended, 0 when the lock is not token's.
+func Refresh(k Keys, token string, ttl time.Duration) Call {
+	return Call{scripts.Refresh, []string{k.Lock}, []any{token, ms(ttl)}}
+}
+
+// ReleaseArgs are the release script's arguments besides the token.
+type ReleaseArgs struct {
+	// Record is how long the record of this release is kept, so that a
+	// re-sent release reports success; 0 leaves none (a forced unlock).
+	Record time.Duration
+	// GiveUp also drops the token's queue entry and marks it given up (a
+	// waiter leaving, or a grant whose reply was lost).
+	GiveUp bool
+	// Sharded tells the next waiter on a shard channel (SPUBLISH).
+	Sharded       bool
+	FenceLifetime time.Duration
+}
+
+// Release lets token's lock go and hands it to the first live waiter. The
+// reply is 1 when released now, 2 when this token was released before (a
+// re-sent release), 0 when the lock is not token's.
+func Release(k Keys, token string, a ReleaseArgs) Call {
+	return Call{scripts.Release, []string{k.Lock, k.Fence, k.Queue, k.QData, k.Record + token},
+		[]any{token, ms(a.Record), flag(a.GiveUp), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime)}}
+}
+
+// PTTL is the remaining lease of token's lock in ms, -1 when not token's.
+func PTTL(k Keys, token string) Call {
+	return Call{scripts.PTTL, []string{k.Lock}, []any{token}}
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
