@@ -119,7 +119,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 		return LockInfo{}, opError("inspect", name, err)
 	}
 	if len(infos) == 0 {
-		return LockInfo{}, opError("inspect", name, ErrNotHeld)
+		return LockInfo{}, opError("inspect", name, fmt.Errorf("%w: nobody holds it", ErrNotHeld))
 	}
 	return infos[0], nil
 }

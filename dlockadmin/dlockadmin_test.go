@@ -341,7 +341,7 @@ func TestListsLockOfAnotherProcess(t *testing.T) {
 	if strings.Contains(body, info.Token) {
 		t.Errorf("the full token is in %s", body)
 	}
-	if status, body, _ := e.do(t, "GET", "/api/locks/nobody-holds-this", nil, nil); status != http.StatusNotFound || !strings.Contains(body, "not locked") {
+	if status, body, _ := e.do(t, "GET", "/api/locks/nobody-holds-this", nil, nil); status != http.StatusNotFound || !strings.Contains(body, "nobody holds it") {
 		t.Errorf("GET a free lock: %d %s, want 404", status, body)
 	}
 
@@ -570,7 +570,7 @@ func TestForceUnlockRefusals(t *testing.T) {
 		{"bad fence", "orders", "twelve", bearerHeader(adminSecret), 400, "fence"},
 		{"negative fence", "orders", "-4", bearerHeader(adminSecret), 400, "fence"},
 		{"fence mismatch", "orders", strconv.FormatInt(l.Fence()-1, 10), bearerHeader(adminSecret), 409, "changed hands"},
-		{"not locked", "free-lock", fence, bearerHeader(adminSecret), 404, "not locked"},
+		{"not locked", "free-lock", fence, bearerHeader(adminSecret), 404, "nobody holds it"},
 		{"name too long", strings.Repeat("n", dlock.MaxNameLength+1), fence, bearerHeader(adminSecret), 400, "lock name"},
 	} {
 		status, body := e.unlock(t, tc.lock, tc.fence, tc.header)

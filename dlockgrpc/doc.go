@@ -5,20 +5,22 @@
 // It is a module of its own (github.com/dlock-go/dlock/dlockgrpc), so that
 // programs using dlock without gRPC do not download it.
 //
-//	locker := dlock.New(rdb)
+//	locker, err := dlock.New(rdb)
+//	...
 //	name := dlockgrpc.ByMethod(map[string]dlockgrpc.NameFunc{
 //		"/shop.Orders/Pay": dlockgrpc.FromRequest("order:", (*shop.PayRequest).GetOrderId),
 //	})
 //	srv := grpc.NewServer(
-//		grpc.ChainUnaryInterceptor(dlockgrpc.UnaryServerInterceptor(locker, name)),
-//		grpc.ChainStreamInterceptor(dlockgrpc.StreamServerInterceptor(locker, name)),
+//		grpc.ChainUnaryInterceptor(dlockgrpc.MustUnaryServerInterceptor(locker, name)),
+//		grpc.ChainStreamInterceptor(dlockgrpc.MustStreamServerInterceptor(locker, name)),
 //	)
 //
 // # Model
 //
 // For each call the interceptor derives a lock name with a NameFunc, acquires
-// the lock, runs the handler, and releases the lock when the handler returns
-// or panics. A NameFunc that returns ErrNoLock lets the call run without a
+// the lock from any dlock.Locker (a *dlock.Client, a Redlock, or dlocktest's
+// Locker in unit tests), runs the handler through dlock.Run, and releases the
+// lock when the handler returns or panics. A NameFunc that returns ErrNoLock lets the call run without a
 // lock: interceptors apply to every method of a server, and most methods
 // need none (ByMethod does this for the methods it does not list).
 //
@@ -27,7 +29,7 @@
 // A handler that fails after its lock was lost, with an error that is not
 // already a gRPC status, is answered Aborted "lock lost": the work may not
 // have been exclusive and should be retried from the start.
-// LockFromContext gives the handler the lock itself, for its fencing token.
+// dlock.FromContext gives the handler the lock itself, for its fencing token.
 //
 // # Streams
 //

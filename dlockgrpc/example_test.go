@@ -30,14 +30,14 @@ func ExampleUnaryServerInterceptor() {
 	name := dlockgrpc.ByMethod(map[string]dlockgrpc.NameFunc{
 		"/shop.Orders/Pay": dlockgrpc.FromRequest("order:", (*wrapperspb.StringValue).GetValue),
 	})
-	intercept := dlockgrpc.UnaryServerInterceptor(locker, name, dlockgrpc.WithAcquireOptions(dlock.WithTTL(30*time.Second)))
+	intercept := dlockgrpc.MustUnaryServerInterceptor(locker, name, dlockgrpc.WithAcquireOptions(dlock.WithTTL(30*time.Second)))
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(intercept))
 	defer srv.Stop()
 	// Register the services and Serve as usual. Here the interceptor is
 	// called the way the server calls it, to show what a client gets.
 	pay := func(ctx context.Context, req any) (any, error) {
 		// ctx ends if the lock is lost: pass it to every write.
-		lock, _ := dlockgrpc.LockFromContext(ctx)
+		lock, _ := dlock.FromContext(ctx)
 		return wrapperspb.String("paid under " + lock.Name()), nil
 	}
 	info := &grpc.UnaryServerInfo{FullMethod: "/shop.Orders/Pay"}

@@ -24,10 +24,15 @@ import (
 // lost; context.Cause tells which. The lock is released when the handler
 // returns, and also when it panics (the panic goes on unchanged).
 //
-// It panics when c or name is nil or an option is invalid: mistakes in the
-// program's wiring, found at start-up rather than on the first call.
-func UnaryServerInterceptor(c *dlock.Client, name NameFunc, opts ...Option) grpc.UnaryServerInterceptor {
-	g := newGuard(c, name, opts)
+// locker is any dlock.Locker: a *dlock.Client, a Redlock, or dlocktest's
+// Locker in unit tests. It returns an error when locker or name is nil or an
+// option is invalid: mistakes in the program's wiring, found at start-up
+// rather than on the first call.
+func UnaryServerInterceptor(locker dlock.Locker, name NameFunc, opts ...Option) (grpc.UnaryServerInterceptor, error) {
+	g, err := newGuard(locker, name, opts)
+	if err != nil {
+		return nil, err
+	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		lock, err := g.acquire(ctx, info.FullMethod, req, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) })
 		if err != nil || lock == nil {
@@ -42,7 +47,17 @@ func UnaryServerInterceptor(c *dlock.Client, name NameFunc, opts ...Option) grpc
 			return err
 		})
 		return resp, err
+	}, nil
+}
+
+// MustUnaryServerInterceptor is UnaryServerInterceptor for wiring fixed in
+// the program: it panics where UnaryServerInterceptor returns an error.
+func MustUnaryServerInterceptor(locker dlock.Locker, name NameFunc, opts ...Option) grpc.UnaryServerInterceptor {
+	i, err := UnaryServerInterceptor(locker, name, opts...)
+	if err != nil {
+		panic(err)
 	}
+	return i
 }
 
 // StreamServerInterceptor returns an interceptor that runs each streaming
@@ -50,8 +65,11 @@ func UnaryServerInterceptor(c *dlock.Client, name NameFunc, opts ...Option) grpc
 // name comes from the method and the call's context only: see Streams in the
 // package documentation. Otherwise it behaves as UnaryServerInterceptor:
 // stream.Context() in the handler is cancelled when the lock is lost.
-func StreamServerInterceptor(c *dlock.Client, name NameFunc, opts ...Option) grpc.StreamServerInterceptor {
-	g := newGuard(c, name, opts)
+func StreamServerInterceptor(locker dlock.Locker, name NameFunc, opts ...Option) (grpc.StreamServerInterceptor, error) {
+	g, err := newGuard(locker, name, opts)
+	if err != nil {
+		return nil, err
+	}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		lock, err := g.acquire(ss.Context(), info.FullMethod, nil, ss.SetTrailer)
 		if err != nil || lock == nil {
@@ -63,19 +81,18 @@ func StreamServerInterceptor(c *dlock.Client, name NameFunc, opts ...Option) grp
 		return g.run(ss.Context(), info.FullMethod, lock, func(ctx context.Context) error {
 			return handler(srv, &lockedStream{ServerStream: ss, ctx: ctx})
 		})
+	}, nil
+}
+
+// MustStreamServerInterceptor is StreamServerInterceptor for wiring fixed in
+// the program: it panics where StreamServerInterceptor returns an error.
+func MustStreamServerInterceptor(locker dlock.Locker, name NameFunc, opts ...Option) grpc.StreamServerInterceptor {
+	i, err := StreamServerInterceptor(locker, name, opts...)
+	if err != nil {
+		panic(err)
 	}
+	return i
 }
-
-// LockFromContext returns the lock an interceptor holds for the call whose
-// context is ctx (in a stream handler, stream.Context()), for its fencing
-// token (Lock.Fence) or its name. ok is false outside such a call, and for
-// calls whose NameFunc returned ErrNoLock.
-func LockFromContext(ctx context.Context) (lock dlock.Lock, ok bool) {
-	lock, ok = ctx.Value(lockKey{}).(dlock.Lock)
-	return lock, ok
-}
-
-type lockKey struct{}
 
 // lockedStream is the handler's view of a stream: its context ends when the
 // lock is lost.
@@ -88,23 +105,23 @@ func (s *lockedStream) Context() context.Context { return s.ctx }
 
 // guard is what the unary and stream interceptors share.
 type guard struct {
-	c    *dlock.Client
-	name NameFunc
-	cfg  config
+	locker dlock.Locker
+	name   NameFunc
+	cfg    config
 }
 
-func newGuard(c *dlock.Client, name NameFunc, opts []Option) *guard {
-	if c == nil || name == nil {
-		panic("dlockgrpc: an interceptor needs a dlock.Client and a NameFunc")
+func newGuard(locker dlock.Locker, name NameFunc, opts []Option) (*guard, error) {
+	if locker == nil || name == nil {
+		return nil, errors.New("dlockgrpc: an interceptor needs a dlock.Locker and a NameFunc")
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
 	if err := cfg.check(); err != nil {
-		panic(err)
+		return nil, err
 	}
-	return &guard{c: c, name: name, cfg: cfg}
+	return &guard{locker: locker, name: name, cfg: cfg}, nil
 }
 
 // acquire takes the call's lock. It returns a nil lock and a nil error when
@@ -122,7 +139,7 @@ func (g *guard) acquire(ctx context.Context, method string, req any, setTrailer 
 		// A plain error's text may hold internals: the client gets the code.
 		return nil, status.Error(codes.InvalidArgument, "dlockgrpc: the call names no lock")
 	}
-	lock, err := g.c.Acquire(ctx, n, g.cfg.acquire...)
+	lock, err := g.locker.Acquire(ctx, n, g.cfg.acquire...)
 	if err == nil {
 		return lock, nil
 	}
@@ -163,26 +180,26 @@ func (g *guard) statusOf(ctx context.Context, err error) error {
 	}
 }
 
-// run calls fn with a context that also ends when lock is lost, and releases
-// lock afterwards, also when fn panics: the release is deferred, not
-// recovered, so the panic keeps its value and stack.
-func (g *guard) run(ctx context.Context, method string, lock dlock.Lock, fn func(context.Context) error) (err error) {
-	hctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(lock.Context(), func() { cancel(context.Cause(lock.Context())) })
-	defer func() {
-		// Stop first, so the release's own cancellation of the lock's
-		// context (cause dlock.ErrReleased) does not reach hctx.
-		stop()
-		lost := errors.Is(context.Cause(hctx), dlock.ErrLockLost)
-		cancel(context.Canceled)
-		if rerr := lock.Release(ctx); rerr != nil && g.cfg.releaseError != nil {
-			g.cfg.releaseError(ctx, method, rerr)
-		}
-		if _, isStatus := status.FromError(err); err != nil && lost && !isStatus {
-			// Most likely the handler's context error: gRPC would send it as
-			// Unknown. Aborted tells the client to redo the whole operation.
-			err = status.Error(codes.Aborted, "dlockgrpc: the lock was lost while the call ran")
-		}
-	}()
-	return fn(context.WithValue(hctx, lockKey{}, lock))
+// run calls fn under lock through dlock.Run: fn's context also ends when
+// lock is lost, and lock is released afterwards, also when fn panics (the
+// panic keeps its value and stack).
+func (g *guard) run(ctx context.Context, method string, lock dlock.Lock, fn func(context.Context) error) error {
+	var ferr error
+	err := dlock.Run(ctx, lock, func(ctx context.Context) error {
+		ferr = fn(ctx)
+		return ferr
+	})
+	if err == ferr {
+		return ferr // held to the end and released
+	}
+	// Run joined a loss or a failed release to fn's error.
+	if g.cfg.releaseError != nil {
+		g.cfg.releaseError(ctx, method, err)
+	}
+	if _, isStatus := status.FromError(ferr); ferr != nil && !isStatus && errors.Is(err, dlock.ErrLockLost) {
+		// Most likely the handler's context error: gRPC would send it as
+		// Unknown. Aborted tells the client to redo the whole operation.
+		return status.Error(codes.Aborted, "dlockgrpc: the lock was lost while the call ran")
+	}
+	return ferr
 }

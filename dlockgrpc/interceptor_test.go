@@ -107,8 +107,8 @@ func serve(t *testing.T, c *dlock.Client, svc *orders, name dlockgrpc.NameFunc, 
 		t.Fatal(err)
 	}
 	s := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(dlockgrpc.UnaryServerInterceptor(c, name, opts...)),
-		grpc.ChainStreamInterceptor(dlockgrpc.StreamServerInterceptor(c, name, opts...)),
+		grpc.ChainUnaryInterceptor(dlockgrpc.MustUnaryServerInterceptor(c, name, opts...)),
+		grpc.ChainStreamInterceptor(dlockgrpc.MustStreamServerInterceptor(c, name, opts...)),
 	)
 	s.RegisterService(&ordersDesc, svc)
 	served := make(chan struct{})
@@ -310,7 +310,7 @@ func TestDifferentOrdersRunInParallel(t *testing.T) {
 
 // A handler whose lock is lost sees its context cancelled with a cause
 // matching dlock.ErrLockLost; returning the context's error gives the client
-// Aborted "lock lost"; the release reports dlock.ErrNotHeld.
+// Aborted "lock lost"; the release-error handler is told of the loss.
 func TestLostLockCancelsHandlerContext(t *testing.T) {
 	c, rdb := setup(t)
 	entered := make(chan string, 1)
@@ -364,8 +364,8 @@ func TestLostLockCancelsHandlerContext(t *testing.T) {
 				t.Fatalf("handler context ended with %v, want dlock.ErrLockLost", cause)
 			}
 			await(t, results, "the answer").expect(t, codes.Aborted, "lock was lost")
-			if err := await(t, releaseErrs, "the release error"); !errors.Is(err, dlock.ErrNotHeld) {
-				t.Fatalf("release error %v, want dlock.ErrNotHeld", err)
+			if err := await(t, releaseErrs, "the release error"); !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("release error %v, want dlock.ErrLockLost", err)
 			}
 		})
 	}
@@ -439,10 +439,10 @@ func TestRedisDown(t *testing.T) {
 
 // A stream whose lock is held elsewhere is refused; the handler reaches its
 // lock through stream.Context().
-func TestStreamBusyAndLockFromContext(t *testing.T) {
+func TestStreamBusyAndFromContext(t *testing.T) {
 	c, _ := setup(t)
 	conn := serve(t, c, &orders{watch: func(ctx context.Context, id string, send func(string) error) error {
-		l, ok := dlockgrpc.LockFromContext(ctx)
+		l, ok := dlock.FromContext(ctx)
 		if !ok {
 			return status.Error(codes.Internal, "no lock in the stream's context")
 		}
@@ -457,8 +457,8 @@ func TestStreamBusyAndLockFromContext(t *testing.T) {
 	}
 	defer held.Release(bg)
 	watch(conn, "6").expect(t, codes.ResourceExhausted, "busy")
-	if _, ok := dlockgrpc.LockFromContext(bg); ok {
-		t.Error("LockFromContext found a lock in a plain context")
+	if _, ok := dlock.FromContext(bg); ok {
+		t.Error("FromContext found a lock in a plain context")
 	}
 }
 
@@ -472,7 +472,7 @@ func TestInterceptorDirect(t *testing.T) {
 
 	t.Run("panic", func(t *testing.T) {
 		boom := errors.New("boom")
-		intercept := dlockgrpc.UnaryServerInterceptor(c, names)
+		intercept := dlockgrpc.MustUnaryServerInterceptor(c, names)
 		func() {
 			defer func() {
 				if p := recover(); p != boom {
@@ -495,7 +495,7 @@ func TestInterceptorDirect(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer held.Release(bg)
-		intercept := dlockgrpc.UnaryServerInterceptor(c, names, dlockgrpc.WithAcquireOptions(dlock.WithWait(patience)))
+		intercept := dlockgrpc.MustUnaryServerInterceptor(c, names, dlockgrpc.WithAcquireOptions(dlock.WithWait(patience)))
 		ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
 		defer cancel()
 		_, err = intercept(ctx, req, info, func(context.Context, any) (any, error) {
@@ -508,7 +508,7 @@ func TestInterceptorDirect(t *testing.T) {
 	})
 
 	t.Run("misconfigured TTL", func(t *testing.T) {
-		intercept := dlockgrpc.UnaryServerInterceptor(c, names, dlockgrpc.WithAcquireOptions(dlock.WithTTL(time.Nanosecond)))
+		intercept := dlockgrpc.MustUnaryServerInterceptor(c, names, dlockgrpc.WithAcquireOptions(dlock.WithTTL(time.Nanosecond)))
 		_, err := intercept(bg, req, info, func(context.Context, any) (any, error) {
 			t.Error("the handler ran")
 			return nil, nil
@@ -519,21 +519,39 @@ func TestInterceptorDirect(t *testing.T) {
 	})
 }
 
-func TestInterceptorsPanicOnBadWiring(t *testing.T) {
+func TestInterceptorsRefuseBadWiring(t *testing.T) {
 	c, _ := setup(t)
-	for name, build := range map[string]func(){
-		"nil client":   func() { dlockgrpc.UnaryServerInterceptor(nil, names) },
-		"nil NameFunc": func() { dlockgrpc.StreamServerInterceptor(c, nil) },
-		"busy OK":      func() { dlockgrpc.UnaryServerInterceptor(c, names, dlockgrpc.WithBusyCode(codes.OK)) },
-		"busy 99":      func() { dlockgrpc.StreamServerInterceptor(c, names, dlockgrpc.WithBusyCode(99)) },
+	for _, tc := range []struct {
+		name   string
+		locker dlock.Locker
+		names  dlockgrpc.NameFunc
+		opts   []dlockgrpc.Option
+	}{
+		{"nil locker", nil, names, nil},
+		{"nil NameFunc", c, nil, nil},
+		{"busy OK", c, names, []dlockgrpc.Option{dlockgrpc.WithBusyCode(codes.OK)}},
+		{"busy 99", c, names, []dlockgrpc.Option{dlockgrpc.WithBusyCode(99)}},
 	} {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				if recover() == nil {
-					t.Error("no panic")
-				}
-			}()
-			build()
+		t.Run(tc.name, func(t *testing.T) {
+			if u, err := dlockgrpc.UnaryServerInterceptor(tc.locker, tc.names, tc.opts...); err == nil || u != nil {
+				t.Errorf("UnaryServerInterceptor: %v; want an error and no interceptor", err)
+			}
+			if s, err := dlockgrpc.StreamServerInterceptor(tc.locker, tc.names, tc.opts...); err == nil || s != nil {
+				t.Errorf("StreamServerInterceptor: %v; want an error and no interceptor", err)
+			}
+			for _, must := range []func(){
+				func() { dlockgrpc.MustUnaryServerInterceptor(tc.locker, tc.names, tc.opts...) },
+				func() { dlockgrpc.MustStreamServerInterceptor(tc.locker, tc.names, tc.opts...) },
+			} {
+				func() {
+					defer func() {
+						if recover() == nil {
+							t.Error("a Must constructor did not panic")
+						}
+					}()
+					must()
+				}()
+			}
 		})
 	}
 }

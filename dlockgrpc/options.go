@@ -46,10 +46,10 @@ func WithBusyCode(code codes.Code) Option {
 }
 
 // WithReleaseErrorHandler sets a function called, after the handler
-// returned, with the error of releasing the call's lock: an error matching
-// dlock.ErrNotHeld when the lock was lost while the handler ran, another
-// error when Redis could not be reached (the lock then frees when its lease
-// runs out). By default such errors are dropped: the handler has already
+// returned, when the call's lock did not end cleanly (dlock.Run's error): an
+// error matching dlock.ErrLockLost when the lock was lost while the handler
+// ran, another error when the release failed (Redis could not be reached:
+// the lock then frees when its lease runs out). By default such errors are dropped: the handler has already
 // seen a lost lock through its context. Use it to log or count lost locks.
 func WithReleaseErrorHandler(fn func(ctx context.Context, fullMethod string, err error)) Option {
 	return optionFunc(func(c *config) { c.releaseError = fn })

@@ -2,22 +2,25 @@
 // request: one request per order, per user, per tenant at a time, across
 // every instance of a service that shares one Redis.
 //
-//	locker := dlock.New(rdb)
-//	byOrder := dlockhttp.Middleware(locker, dlockhttp.MustParseTemplate("order:{path.orderId}"))
+//	locker, err := dlock.New(rdb)
+//	...
+//	byOrder := dlockhttp.MustMiddleware(locker, dlockhttp.MustParseTemplate("order:{path.orderId}"))
 //	mux.Handle("POST /orders/{orderId}/pay", byOrder(payHandler))
 //
 // # Model
 //
 // For each request the middleware derives a lock name (a NameFunc: the
 // helpers PathValue, Header and Query, or a template from configuration,
-// ParseTemplate), acquires the lock, runs the handler, and releases the lock
-// when the handler returns or panics (the panic goes on after the release).
+// ParseTemplate), acquires the lock from any dlock.Locker (a *dlock.Client, a
+// Redlock, or dlocktest's Locker in unit tests), runs the handler through
+// dlock.Run, and releases the lock when the handler returns or panics (the
+// panic goes on after the release).
 //
 // The handler's request context is cancelled when the request ends, as
 // usual, and also the moment the lock is lost (its cause then matches
 // dlock.ErrLockLost): a handler that passes r.Context() to its database
-// calls stops writing when it is no longer exclusive. LockFromContext gives
-// the handler the lock itself, for its fencing token.
+// calls stops writing when it is no longer exclusive. dlock.FromContext
+// gives the handler the lock itself, for its fencing token.
 //
 // # Responses
 //

@@ -25,12 +25,12 @@ func ExampleMiddleware() {
 	locker := dlock.MustNew(rdb)
 	defer locker.Close(ctx)
 
-	byOrder := dlockhttp.Middleware(locker, dlockhttp.MustParseTemplate("order:{path.orderId}"),
+	byOrder := dlockhttp.MustMiddleware(locker, dlockhttp.MustParseTemplate("order:{path.orderId}"),
 		dlockhttp.WithAcquireOptions(dlock.WithTTL(30*time.Second)))
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders/{orderId}/pay", byOrder(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// r.Context() ends if the lock is lost: pass it to every write.
-		lock, _ := dlockhttp.LockFromContext(r.Context())
+		lock, _ := dlock.FromContext(r.Context())
 		fmt.Fprintf(w, "paid under %s", lock.Name())
 	})))
 	srv := httptest.NewServer(mux)

@@ -11,29 +11,31 @@ import (
 )
 
 // Middleware returns a middleware that runs each request's handler while
-// holding the lock name(r) from c: see the package documentation for the
+// holding the lock name(r) from locker (a *dlock.Client, a Redlock, or
+// dlocktest's Locker in unit tests): see the package documentation for the
 // answers it gives when it does not run the handler, and the options.
 //
-// The handler's request context is cancelled when the request ends or the
-// lock is lost, whichever comes first; context.Cause tells which (a lost
-// lock's cause matches dlock.ErrLockLost). The lock is released when the
-// handler returns, and also when it panics: the release runs in a deferred
-// call and the panic then goes on unchanged, to net/http's recovery or the
-// caller's.
+// The handler runs through dlock.Run: its request context is cancelled when
+// the request ends or the lock is lost, whichever comes first, and
+// context.Cause tells which (a lost lock's cause matches dlock.ErrLockLost);
+// dlock.FromContext(r.Context()) returns the lock, for its fence. The lock
+// is released when the handler returns, and also when it panics: the
+// release runs in a deferred call and the panic then goes on unchanged, with
+// its stack, to net/http's recovery or the caller's.
 //
-// Middleware panics when c or name is nil or an option is invalid (a status
-// outside 100-999): mistakes in the program's wiring, found at start-up
-// rather than on the first request.
-func Middleware(c *dlock.Client, name NameFunc, opts ...Option) func(http.Handler) http.Handler {
-	if c == nil || name == nil {
-		panic("dlockhttp: Middleware needs a dlock.Client and a NameFunc")
+// Middleware returns an error when locker or name is nil or an option is
+// invalid (a status outside 100-999): mistakes in the program's wiring,
+// found at start-up rather than on the first request.
+func Middleware(locker dlock.Locker, name NameFunc, opts ...Option) (func(http.Handler) http.Handler, error) {
+	if locker == nil || name == nil {
+		return nil, errors.New("dlockhttp: Middleware needs a dlock.Locker and a NameFunc")
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
 	if err := cfg.check(); err != nil {
-		panic(err)
+		return nil, err
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -42,38 +44,31 @@ func Middleware(c *dlock.Client, name NameFunc, opts ...Option) func(http.Handle
 				cfg.writeError(w, r, cfg.invalid, nameError{err})
 				return
 			}
-			lock, err := c.Acquire(r.Context(), n, cfg.acquire...)
+			lock, err := locker.Acquire(r.Context(), n, cfg.acquire...)
 			if err != nil {
 				cfg.refuse(w, r, err)
 				return
 			}
-			ctx, cancel := context.WithCancelCause(r.Context())
-			stop := context.AfterFunc(lock.Context(), func() { cancel(context.Cause(lock.Context())) })
-			// Deferred, not recovered: a panicking handler still releases,
-			// and its panic keeps its value and stack for net/http.
-			defer func() {
-				// Stop first, so the release's own cancellation of the lock's
-				// context (cause dlock.ErrReleased) does not reach ctx.
-				stop()
-				cancel(context.Canceled)
-				if err := lock.Release(r.Context()); err != nil && cfg.releaseError != nil {
-					cfg.releaseError(r, err)
-				}
-			}()
-			next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, lockKey{}, lock)))
+			err = dlock.Run(r.Context(), lock, func(ctx context.Context) error {
+				next.ServeHTTP(w, r.WithContext(ctx))
+				return nil
+			})
+			if err != nil && cfg.releaseError != nil {
+				cfg.releaseError(r, err)
+			}
 		})
+	}, nil
+}
+
+// MustMiddleware is Middleware for wiring fixed in the program: it panics
+// where Middleware returns an error.
+func MustMiddleware(locker dlock.Locker, name NameFunc, opts ...Option) func(http.Handler) http.Handler {
+	mw, err := Middleware(locker, name, opts...)
+	if err != nil {
+		panic(err)
 	}
+	return mw
 }
-
-// LockFromContext returns the lock the middleware holds for the request
-// whose context is ctx, for its fencing token (Lock.Fence) or its name. ok
-// is false outside a handler wrapped by Middleware.
-func LockFromContext(ctx context.Context) (lock dlock.Lock, ok bool) {
-	lock, ok = ctx.Value(lockKey{}).(dlock.Lock)
-	return lock, ok
-}
-
-type lockKey struct{}
 
 // refuse answers a request whose lock was not acquired.
 func (cfg *config) refuse(w http.ResponseWriter, r *http.Request, err error) {

@@ -77,7 +77,7 @@ func await[T any](t *testing.T, ch <-chan T, what string) T {
 func serve(t *testing.T, c *dlock.Client, pattern string, name dlockhttp.NameFunc, h http.HandlerFunc, opts ...dlockhttp.Option) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
-	mux.Handle(pattern, dlockhttp.Middleware(c, name, opts...)(h))
+	mux.Handle(pattern, dlockhttp.MustMiddleware(c, name, opts...)(h))
 	srv := httptest.NewServer(mux) // listens on 127.0.0.1
 	t.Cleanup(srv.Close)
 	return srv
@@ -168,7 +168,7 @@ func TestDifferentOrdersRunInParallel(t *testing.T) {
 
 // A handler whose lock is lost (the key deleted, or taken over by another
 // token) sees its request context cancelled with a cause matching
-// dlock.ErrLockLost, and the release reports dlock.ErrNotHeld.
+// dlock.ErrLockLost, and the release-error handler is told of the loss.
 func TestLostLockCancelsHandlerContext(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -206,8 +206,8 @@ func TestLostLockCancelsHandlerContext(t *testing.T) {
 				t.Fatal(err)
 			}
 			await(t, results, "the handler's answer").expect(t, http.StatusConflict, "lock lost")
-			if err := await(t, releaseErr, "the release error"); !errors.Is(err, dlock.ErrNotHeld) {
-				t.Fatalf("release error %v, want dlock.ErrNotHeld", err)
+			if err := await(t, releaseErr, "the release error"); !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("release error %v, want dlock.ErrLockLost", err)
 			}
 		})
 	}
@@ -306,7 +306,7 @@ func TestRedisDown(t *testing.T) {
 func TestPanicReleasesAndRepanics(t *testing.T) {
 	c, _ := setup(t)
 	boom := errors.New("boom")
-	h := dlockhttp.Middleware(c, dlockhttp.PathValue("order:", "id"))(
+	h := dlockhttp.MustMiddleware(c, dlockhttp.PathValue("order:", "id"))(
 		http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(boom) }))
 	req := httptest.NewRequest("POST", "/orders/9", nil)
 	req.SetPathValue("id", "9")
@@ -329,13 +329,13 @@ func TestPanicReleasesAndRepanics(t *testing.T) {
 
 // The handler reaches its lock; statuses and the error writer are options;
 // a waiting middleware runs the second request after the first.
-func TestOptionsAndLockFromContext(t *testing.T) {
+func TestOptionsAndFromContext(t *testing.T) {
 	c, rdb := setup(t)
 
-	t.Run("LockFromContext", func(t *testing.T) {
+	t.Run("FromContext", func(t *testing.T) {
 		srv := serve(t, c, "POST /orders/{id}", dlockhttp.PathValue("order:", "id"),
 			func(w http.ResponseWriter, r *http.Request) {
-				l, ok := dlockhttp.LockFromContext(r.Context())
+				l, ok := dlock.FromContext(r.Context())
 				if !ok {
 					http.Error(w, "no lock", http.StatusInternalServerError)
 					return
@@ -343,8 +343,8 @@ func TestOptionsAndLockFromContext(t *testing.T) {
 				fmt.Fprintf(w, "%s fence>0:%t", l.Name(), l.Fence() > 0)
 			})
 		send(srv, "POST", "/orders/5", nil).expect(t, http.StatusOK, "order:5 fence>0:true")
-		if _, ok := dlockhttp.LockFromContext(bg); ok {
-			t.Error("LockFromContext found a lock in a plain context")
+		if _, ok := dlock.FromContext(bg); ok {
+			t.Error("FromContext found a lock in a plain context")
 		}
 	})
 
@@ -406,27 +406,32 @@ func TestOptionsAndLockFromContext(t *testing.T) {
 	})
 }
 
-func TestMiddlewarePanicsOnBadWiring(t *testing.T) {
+func TestMiddlewareRefusesBadWiring(t *testing.T) {
 	c, _ := setup(t)
+	id := dlockhttp.PathValue("", "id")
 	for _, tc := range []struct {
-		name string
-		make func()
+		name   string
+		locker dlock.Locker
+		names  dlockhttp.NameFunc
+		opts   []dlockhttp.Option
 	}{
-		{"nil client", func() { dlockhttp.Middleware(nil, dlockhttp.PathValue("", "id")) }},
-		{"nil NameFunc", func() { dlockhttp.Middleware(c, nil) }},
-		{"status 0", func() { dlockhttp.Middleware(c, dlockhttp.PathValue("", "id"), dlockhttp.WithBusyStatus(0)) }},
-		{"status 1000", func() {
-			dlockhttp.Middleware(c, dlockhttp.PathValue("", "id"), dlockhttp.WithUnavailableStatus(1000))
-		}},
-		{"nil error writer", func() { dlockhttp.Middleware(c, dlockhttp.PathValue("", "id"), dlockhttp.WithErrorWriter(nil)) }},
+		{"nil locker", nil, id, nil},
+		{"nil NameFunc", c, nil, nil},
+		{"status 0", c, id, []dlockhttp.Option{dlockhttp.WithBusyStatus(0)}},
+		{"status 1000", c, id, []dlockhttp.Option{dlockhttp.WithUnavailableStatus(1000)}},
+		{"nil error writer", c, id, []dlockhttp.Option{dlockhttp.WithErrorWriter(nil)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			mw, err := dlockhttp.Middleware(tc.locker, tc.names, tc.opts...)
+			if err == nil || mw != nil {
+				t.Fatalf("Middleware: %v, %v; want an error and no middleware", mw != nil, err)
+			}
 			defer func() {
 				if recover() == nil {
-					t.Error("no panic")
+					t.Error("MustMiddleware did not panic")
 				}
 			}()
-			tc.make()
+			dlockhttp.MustMiddleware(tc.locker, tc.names, tc.opts...)
 		})
 	}
 }

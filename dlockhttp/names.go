@@ -50,7 +50,7 @@ func (e *MissingValueError) Is(target error) bool { return target == ErrMissingV
 // PathValue names the lock prefix + r.PathValue(key): the wildcard key of
 // the route's ServeMux pattern, as in
 //
-//	mux.Handle("POST /orders/{orderId}", dlockhttp.Middleware(locker, dlockhttp.PathValue("order:", "orderId"))(h))
+//	mux.Handle("POST /orders/{orderId}", dlockhttp.MustMiddleware(locker, dlockhttp.PathValue("order:", "orderId"))(h))
 //
 // The prefix keeps names of different kinds apart ("order:42" is not
 // "user:42"). A route without that wildcard gives a *MissingValueError.

@@ -93,13 +93,13 @@ type service struct {
 
 // newHandler routes POST /orders/{userId} (place an order, under the lock
 // unless unsafe) and GET /orders/{userId} (list them).
-func newHandler(locker *dlock.Client, rdb redis.UniversalClient, instance string, work time.Duration, unsafe bool) http.Handler {
+func newHandler(locker dlock.Locker, rdb redis.UniversalClient, instance string, work time.Duration, unsafe bool) http.Handler {
 	s := &service{rdb: rdb, instance: instance, work: work}
 	var place http.Handler = http.HandlerFunc(s.place)
 	if !unsafe {
 		// Default answer to a busy user: 409 with Retry-After. The lease
 		// outlives the work many times over and is renewed anyway.
-		byUser := dlockhttp.Middleware(locker, dlockhttp.MustParseTemplate("order-user:{path.userId}"),
+		byUser := dlockhttp.MustMiddleware(locker, dlockhttp.MustParseTemplate("order-user:{path.userId}"),
 			dlockhttp.WithAcquireOptions(dlock.WithTTL(10*time.Second)))
 		place = byUser(place)
 	}
@@ -131,7 +131,7 @@ func (s *service) place(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var fence int64 // 0 when unsafe: no lock, no fence
-	if lock, ok := dlockhttp.LockFromContext(ctx); ok {
+	if lock, ok := dlock.FromContext(ctx); ok {
 		fence = lock.Fence() // a real store would refuse a smaller fence than it has seen
 	}
 	order := fmt.Sprintf("order by %s via %s, fence %d, at %s", r.PathValue("userId"), s.instance, fence, time.Now().Format(time.RFC3339Nano))
