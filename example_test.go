@@ -17,7 +17,11 @@ func Example() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	locker := dlock.MustNew(rdb)
+	locker, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println("bad options:", err)
+		return
+	}
 	defer locker.Close(ctx)
 
 	lock, err := locker.TryAcquire(ctx, "order:42", dlock.WithTTL(10*time.Second))
@@ -124,4 +128,82 @@ func ExampleClient_Acquire() {
 	defer second.Release(ctx)
 	fmt.Println("handed over, fence grew:", second.Fence() > first.Fence())
 	// Output: handed over, fence grew: true
+}
+
+// The function Do runs finds its lock in its context, for the fence the
+// store checks: a writer whose lease ran out unnoticed is refused there.
+func ExampleFromContext() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.MustNew(rdb)
+	defer locker.Close(ctx)
+
+	_ = locker.Do(ctx, "invoice:7", func(ctx context.Context) error {
+		lock, ok := dlock.FromContext(ctx)
+		fmt.Println("holding", lock.Name(), ok, "with a fence:", lock.Fence() > 0)
+		return nil // e.g. store.Write(ctx, lock.Fence(), invoice)
+	})
+	_, ok := dlock.FromContext(ctx)
+	fmt.Println("outside Do:", ok)
+	// Output:
+	// holding invoice:7 true with a fence: true
+	// outside Do: false
+}
+
+// Run runs a function under a lock acquired earlier, with Do's guarantees:
+// the function's context ends when the lock is lost, the lock is released
+// afterwards, also on panic.
+func ExampleRun() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.MustNew(rdb)
+	defer locker.Close(ctx)
+
+	lock, err := locker.TryAcquire(ctx, "batch:12")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = dlock.Run(ctx, lock, func(ctx context.Context) error {
+		fmt.Println("running under", lock.Name())
+		return nil
+	})
+	fmt.Println("run:", err, "released:", errors.Is(context.Cause(lock.Context()), dlock.ErrReleased))
+	// Output:
+	// running under batch:12
+	// run: <nil> released: true
+}
+
+// Every error names the operation and the lock, and matches one sentinel:
+// errors.As finds the *Error, errors.Is the meaning.
+func ExampleError() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.MustNew(rdb)
+	defer locker.Close(ctx)
+
+	_, err := locker.TryAcquire(ctx, "report", dlock.WithTTL(time.Nanosecond))
+	var de *dlock.Error
+	if errors.As(err, &de) {
+		fmt.Println(de.Op, de.Name, errors.Is(err, dlock.ErrInvalidTTL))
+	}
+	fmt.Println(err)
+	// Output:
+	// acquire report true
+	// dlock: acquire "report": invalid ttl: 1ns is below the minimum 10ms
+}
+
+// An invalid option is refused by New, before anything runs.
+func ExampleNew() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	_, err := dlock.New(rdb, dlock.WithPrefix("app{1}:"))
+	fmt.Println(errors.Is(err, dlock.ErrInvalidOption))
+	fmt.Println(err)
+	// Output:
+	// true
+	// dlock: new: invalid option: prefix "app{1}:" must not contain '{' or '}'
 }
