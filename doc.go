@@ -9,10 +9,30 @@
 // the name, and a lease (TTL) after which Redis forgets it if the holder
 // stops renewing it.
 //
-//	locker := dlock.New(rdb)
+//	locker, err := dlock.New(rdb)
+//	...
 //	lock, err := locker.TryAcquire(ctx, "order:42", dlock.WithTTL(10*time.Second))
 //	if errors.Is(err, dlock.ErrNotObtained) { /* busy: retry later */ }
 //	defer lock.Release(ctx)
+//
+// # One shape for every lock
+//
+// Client implements Locker (Acquire, TryAcquire, Do) and hands out the Lock
+// interface. The redlock package (a quorum of independent Redis primaries)
+// and the dlocktest package (in memory, for unit tests) implement the same
+// interfaces, and so the integrations (dlockhttp, dlockgrpc) take any
+// Locker. Do acquires and calls Run, which runs a function under a held
+// lock: its context ends when the lock is lost, it carries the lock
+// (FromContext), and the lock is released when the function returns or
+// panics (the panic keeps its stack).
+//
+// # Errors and configuration
+//
+// Every error is an *Error naming the operation and the lock, and matches
+// one sentinel (ErrNotObtained, ErrNotHeld, ErrUnavailable, …) with
+// errors.Is. Invalid configuration is an error from the constructor (New;
+// MustNew panics instead); per-call options are checked on each call before
+// anything is sent.
 //
 // # Guarantees
 //
