@@ -47,7 +47,7 @@ func (i LockInfo) Age(now time.Time) time.Duration { return now.Sub(i.Since) }
 // not block Redis; on a big keyspace it takes a while.
 func (c *Client) List(ctx context.Context, match string, limit int) ([]LockInfo, error) {
 	if err := c.checkUsable(ctx); err != nil {
-		return nil, fmt.Errorf("dlock: list: %w", err)
+		return nil, opError("list", "", err)
 	}
 	if match == "" {
 		match = "*"
@@ -81,14 +81,14 @@ func (c *Client) List(ctx context.Context, match string, limit int) ([]LockInfo,
 		err = scan(ctx, c.rdb)
 	}
 	if err != nil && !errors.Is(err, errEnough) {
-		return nil, fmt.Errorf("dlock: list %q: %w", match, err)
+		return nil, opError("list", "", fmt.Errorf("pattern %q: %w", match, redisError(err)))
 	}
 	infos := make([]LockInfo, 0, len(names))
 	// One pipeline per batch of names rather than a round trip per lock.
 	for batch := range slices.Chunk(names, 200) {
 		got, err := c.inspect(ctx, batch)
 		if err != nil {
-			return nil, fmt.Errorf("dlock: list %q: %w", match, err)
+			return nil, opError("list", "", fmt.Errorf("pattern %q: %w", match, err))
 		}
 		infos = append(infos, got...)
 	}
