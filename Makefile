@@ -9,12 +9,12 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Every Go module in the repository, nested ones too.
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
 
-.PHONY: demo test deps test-deps fmt-check vet staticcheck gotest bench torture
+.PHONY: demo test deps test-deps fmt-check tidy-check vet staticcheck gotest bench torture
 
 demo: deps
 	$(GO) run ./cmd/dlock demo
 
-test: test-deps fmt-check vet staticcheck gotest
+test: test-deps fmt-check tidy-check vet staticcheck gotest
 
 # redis-server (and redis-cli, redis-sentinel for the topology tests) from
 # Debian's packages, only when missing.
@@ -39,6 +39,14 @@ test-deps: deps
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+
+# go.mod and go.sum of every module as `go mod tidy` leaves them (it prints
+# the diff otherwise). GOWORK=off: each module on its own, as CI has it.
+tidy-check:
+	@bad=; for m in $(MODULES); do echo "go mod tidy -diff ($$m)"; \
+		(cd $$m && GOWORK=off $(GO) mod tidy -diff) || bad="$$bad $$m"; \
+	done; \
+	if [ -n "$$bad" ]; then echo "not tidy:$$bad (run go mod tidy there and commit go.mod and go.sum)"; exit 1; fi
 
 vet:
 	@set -e; for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...); done
