@@ -9,12 +9,12 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Every Go module in the repository, nested ones too.
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
 
-.PHONY: demo test deps test-deps fmt-check tidy-check vet staticcheck gotest bench torture
+.PHONY: demo test deps test-deps fmt-check tidy-check vet staticcheck release-check gotest bench torture
 
 demo: deps
 	$(GO) run ./cmd/dlock demo
 
-test: test-deps fmt-check tidy-check vet staticcheck gotest
+test: test-deps fmt-check tidy-check vet staticcheck release-check gotest
 
 # redis-server (and redis-cli, redis-sentinel for the topology tests) from
 # Debian's packages, only when missing.
@@ -53,6 +53,14 @@ vet:
 
 staticcheck:
 	@set -e; for m in $(MODULES); do echo "staticcheck ($$m)"; (cd $$m && $(GO) run $(STATICCHECK) ./...); done
+
+# What a user outside the repository gets once the release is tagged: a
+# module proxy in a temporary directory serving the published modules, made
+# from the work tree, and a consumer module built, vetted and run against it
+# (internal/release, docs/RELEASING.md). Outside gotest, so that its compiling
+# does not run beside the timing-sensitive tests.
+release-check:
+	DLOCK_RELEASE_CHECK=1 $(GO) test -count=1 -timeout 5m ./internal/release
 
 gotest:
 	@set -e; for m in $(MODULES); do echo "go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...); done
