@@ -19,6 +19,8 @@ const checkEnv = "DLOCK_RELEASE_CHECK"
 
 // consumerMain is a user's program that imports every published package
 // and calls something of each, so that the build compiles and links them.
+// An API change that breaks it breaks users' programs too: change it with
+// the API, and say so in the release notes.
 const consumerMain = `package main
 
 import (
@@ -39,9 +41,18 @@ func main() {
 	// Nothing listens there: no call below reaches Redis.
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	locker := dlock.New(rdb, dlock.WithObserver(dlockotel.NewObserver()))
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(dlockgrpc.UnaryServerInterceptor(
-		locker, dlockgrpc.Method("rpc:"), dlockgrpc.WithAcquireOptions(dlock.WithTTL(10*time.Second)))))
+	locker, err := dlock.New(rdb, dlock.WithObserver(dlockotel.NewObserver()))
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	intercept, err := dlockgrpc.UnaryServerInterceptor(locker, dlockgrpc.Method("rpc:"),
+		dlockgrpc.WithAcquireOptions(dlock.WithTTL(10*time.Second)))
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(intercept))
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
