@@ -188,7 +188,14 @@ func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo,
 		return info, opError("force unlock", name, redisError(err))
 	}
 	if res != 1 {
-		return info, opError("force unlock", name, ErrNotHeld)
+		// Released or taken between Inspect and the script: report who
+		// holds it now (an empty LockInfo when nobody does), not the
+		// holder that was shown.
+		cur, err := c.Inspect(ctx, name)
+		if err != nil {
+			cur = LockInfo{}
+		}
+		return cur, opError("force unlock", name, ErrNotHeld)
 	}
 	return info, nil
 }

@@ -103,9 +103,10 @@ func MustNew(rdb redis.UniversalClient, opts ...Option) *Client {
 // Close releases the locks this client still holds, stops its background
 // work (renewal, wake-ups) and waits for it. Waits under way end, and
 // acquisitions after Close fail, with ErrClosed; a lock obtained while Close
-// ran is released again. The releases run on a context made as Release's
-// (see cleanupContext); a lock that could not be released expires with its
-// TTL. The error joins the failed releases.
+// ran is released again. The releases keep ctx's values but not its
+// cancellation or deadline, and are bounded by the release timeout
+// (WithReleaseTimeout), as Release is; a lock that could not be released
+// expires with its TTL. The error joins the failed releases.
 //
 // The background work Close waits for includes tokens being given back
 // (each try bounded by the release timeout) and the one-time check of the
@@ -165,16 +166,14 @@ func newToken() string {
 // ms converts a duration to whole milliseconds for PX/PEXPIRE.
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
-// cleanupContext is the context of a release (Release, Close): ctx's values
-// (trace ids), the release timeout, and ctx's deadline and cancellation
-// while ctx is live. A ctx that has already ended gives no bound: cleanup
-// after cancellation is the usual case (a deferred Release at the end of a
-// cancelled request) and must still run.
+// cleanupContext is the context of a release (Release, Close, the release
+// of a lock nobody may keep): ctx's values (trace ids) under the release
+// timeout, but not ctx's cancellation or deadline. Cleanup after
+// cancellation is the usual case (a deferred Release at the end of a
+// cancelled request), and a release cut short would leave the lock in Redis,
+// no longer renewed, blocking everyone for the rest of its TTL.
 func (c *Client) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx.Err() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
-	return context.WithTimeout(ctx, c.cfg.releaseTimeout)
+	return context.WithTimeout(context.WithoutCancel(ctx), c.cfg.releaseTimeout)
 }
 
 // checkUsable reports why no call may run now: a closed client, or a

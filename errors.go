@@ -1,10 +1,12 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"syscall"
 	"time"
@@ -60,8 +62,9 @@ var (
 	// ErrUnavailable matches failures to reach a working Redis: the network
 	// (refused, reset, timed out, closed), go-redis' pool (timed out or
 	// closed), and servers that cannot serve now (LOADING, MASTERDOWN,
-	// CLUSTERDOWN, TRYAGAIN, READONLY, BUSY, NOREPLICAS). The outcome of the
-	// operation may be unknown; retrying later may help.
+	// CLUSTERDOWN, TRYAGAIN, READONLY, BUSY, NOREPLICAS, OOM). It never
+	// matches a busy lock or the caller's own context ending. The outcome of
+	// the operation may be unknown; retrying later may help.
 	ErrUnavailable = errors.New("dlock: redis unavailable")
 
 	// ErrUnsupportedServer: the Redis server is too old for dlock's scripts
@@ -80,10 +83,10 @@ var (
 // a Lock returns is one (errors.As finds it), or a join of them.
 type Error struct {
 	// Op is the operation: "acquire", "release", "refresh", "ttl", "do",
-	// "inspect", "force unlock", "list", "new", "close".
+	// "inspect", "force unlock", "list", "new".
 	Op string
 	// Name is the lock's name; empty when the operation concerns no single
-	// lock (List, New, Close).
+	// lock (List, New).
 	Name string
 	// Err is what went wrong: one of the sentinels, a *NotObtainedError, a
 	// *ReplicaError, or what Redis or the network returned.
@@ -91,7 +94,11 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	msg := strings.TrimPrefix(e.Err.Error(), "dlock: ")
+	msg := "<nil>"
+	if e.Err != nil {
+		// One "dlock:" prefix in all, also where causes nest sentinels.
+		msg = strings.ReplaceAll(strings.TrimPrefix(e.Err.Error(), "dlock: "), ": dlock: ", ": ")
+	}
 	if e.Name == "" {
 		return "dlock: " + e.Op + ": " + msg
 	}
@@ -114,19 +121,32 @@ func opError(op, name string, err error) error {
 
 // unavailable reports whether err says Redis could not be reached or could
 // not serve: the failures worth retrying later, as opposed to bad input, a
-// busy lock, or a lock that is not ours.
+// busy lock, a lock that is not ours, or the caller's own context ending.
 func unavailable(err error) bool {
 	var nerr net.Error
+	var operr *net.OpError
 	switch {
-	case err == nil, errors.Is(err, ErrUnavailable):
-		return err != nil
+	case err == nil, errors.Is(err, ErrNotObtained):
+		// A busy lock whose wait the caller's deadline ended carries that
+		// deadline: it is busy, not unavailable.
+		return false
+	case errors.Is(err, ErrUnavailable):
+		return true
+	case errors.As(err, &operr), errors.Is(err, os.ErrDeadlineExceeded):
+		// A read or dial that timed out on the connection (a blackholed
+		// server), whatever deadline set it.
+		return true
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The caller's context ended (DeadlineExceeded is a net.Error too):
+		// that says nothing of Redis.
+		return false
 	case errors.As(err, &nerr),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
 		return true
 	}
-	for _, prefix := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY", "NOREPLICAS"} {
+	for _, prefix := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY", "NOREPLICAS", "OOM"} {
 		if redis.HasErrorPrefix(err, prefix) {
 			return true
 		}

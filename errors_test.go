@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -100,6 +101,22 @@ func TestErrUnavailable(t *testing.T) {
 			t.Fatalf("connection refused reads as busy: %v", err)
 		}
 	})
+	t.Run("not the caller's context", func(t *testing.T) {
+		c, _, _ := setup(t)
+		held := mustAcquire(t, c, "busy")
+		defer held.Release(bg)
+		ctx, cancel := context.WithTimeout(bg, 30*time.Millisecond)
+		defer cancel()
+		_, err := c.Acquire(ctx, "busy")
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, dlock.ErrUnavailable) {
+			t.Fatalf("a busy lock's wait ended by the caller's deadline: %v; want DeadlineExceeded, not ErrUnavailable", err)
+		}
+		<-ctx.Done()
+		_, err = c.TryAcquire(ctx, "free")
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, dlock.ErrUnavailable) {
+			t.Fatalf("TryAcquire with an expired context: %v; want DeadlineExceeded, not ErrUnavailable", err)
+		}
+	})
 	t.Run("read-only replica", func(t *testing.T) {
 		primary := redistest.Start(t)
 		replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
@@ -111,8 +128,33 @@ func TestErrUnavailable(t *testing.T) {
 	})
 }
 
-// Release and Close run on the caller's context while it is live, and still
-// release when it had already ended.
+// A caller's deadline that passes while the release is on its way does not
+// cut the release short: a cut release would leave the lock in Redis, no
+// longer renewed, blocking others for the rest of its TTL.
+func TestReleaseOutlivesCallersDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newLocker(t, rdb)
+	l := mustAcquire(t, c, "slow", dlock.WithTTL(5*time.Second))
+	proxy.Delay(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
+	defer cancel()
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release past the caller's deadline: %v", err)
+	}
+	proxy.Pass()
+	if n := srv.Client(t).Exists(bg, "dlock:{slow}").Val(); n != 0 {
+		t.Fatal("the lock is still in Redis")
+	}
+}
+
+// Release and Close still release when the caller's context has ended.
 func TestReleaseWithEndedContext(t *testing.T) {
 	c, rdb, _ := setup(t)
 	l := mustAcquire(t, c, "rel")

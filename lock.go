@@ -76,7 +76,9 @@ func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token st
 	}
 	// The lock's context keeps the values of the caller's (trace ids) but
 	// not its cancellation: the lock lives until it is released or lost.
-	l.values = context.WithoutCancel(ctx)
+	// It carries the lock itself, so that FromContext on it finds this lock
+	// and not one the acquirer's context held.
+	l.values = NewContext(context.WithoutCancel(ctx), l)
 	// Tracked before the deadline timer exists: a lease already over fires
 	// it at once, and its untrack must come after this track.
 	c.track(l)
@@ -134,7 +136,7 @@ func (l *redisLock) Context() context.Context {
 // TTL returns the remaining lease as Redis sees it. It returns ErrNotHeld when
 // the lock is no longer ours.
 func (l *redisLock) TTL(ctx context.Context) (time.Duration, error) {
-	if l.is(released) {
+	if !l.is(held) {
 		return 0, opError("ttl", l.name, ErrNotHeld)
 	}
 	left, err := node.PTTL(l.keys, l.token).Run(ctx, l.c.rdb).Int64()
@@ -195,11 +197,12 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 // (released before, expired, or taken by another holder); then nothing in
 // Redis is changed.
 //
-// Release stops renewal first, then runs on cleanupContext(ctx): bounded by
-// the client's release timeout and by ctx while ctx is live, but not stopped
-// by a ctx that had already ended when Release was called, so a deferred
-// Release works after the request's context was cancelled. Close follows
-// the same rule.
+// Release stops renewal first, then runs on a context of its own: ctx's
+// values (trace ids) but not its cancellation or deadline, bounded by the
+// client's release timeout (WithReleaseTimeout). A deferred Release works
+// after the request's context was cancelled, and a caller's deadline cannot
+// cut it short and leave the lock blocking others for its TTL. Close
+// follows the same rule.
 func (l *redisLock) Release(ctx context.Context) error {
 	rctx, cancel := l.c.cleanupContext(ctx)
 	defer cancel()
@@ -221,6 +224,13 @@ func (l *redisLock) release(ctx context.Context) error {
 	}
 	e := ReleaseEvent{Name: l.name, Held: time.Since(l.start), AfterLoss: l.is(lost)}
 	switch {
+	case err == nil && e.AfterLoss && (res == 1 || res == 2):
+		// The lock's context already told the holder it was lost (its
+		// lease deadline passed, a margin before Redis' own): the key, still
+		// ours, is freed early for the next holder, but the holder learns
+		// what its context said. Nothing was exclusive since the loss.
+		err = opError("release", l.name, fmt.Errorf("%w: lost before the release (%v)", ErrNotHeld, l.lostCause()))
+		e.Result = ResultNotHeld
 	case err != nil:
 		// State unknown: the caller may try again, and a re-sent release
 		// that finds the record of its release still reports success. Until then
@@ -268,6 +278,13 @@ const releaseRecordTTL = 30 * time.Second
 func (l *redisLock) refreshScript(ctx context.Context, ttl time.Duration) (bool, error) {
 	ok, err := node.Refresh(l.keys, l.token, ttl).Run(ctx, l.c.rdb).Int64()
 	return err == nil && ok == 1, err
+}
+
+// lostCause is the cause the lock's context ended with.
+func (l *redisLock) lostCause() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cause
 }
 
 func (l *redisLock) setReleasing(v bool) {

@@ -103,6 +103,8 @@ func Run(ctx context.Context, l Lock, fn func(ctx context.Context) error) (err e
 		switch {
 		case errors.Is(cause, ErrLockLost):
 			err = errors.Join(err, &Error{Op: "do", Name: l.Name(), Err: cause})
+		case errors.Is(relErr, ErrNotHeld) && errors.Is(cause, ErrReleased):
+			// fn released the lock itself: a clean end, not a loss.
 		case errors.Is(relErr, ErrNotHeld):
 			// Gone before the release, though no renewal noticed: lost all
 			// the same.
