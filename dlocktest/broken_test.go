@@ -109,6 +109,7 @@ func TestConformanceCatchesBrokenLockers(t *testing.T) {
 	if brokenVariant() != "" {
 		t.Skip("in a helper process")
 	}
+	t.Parallel()
 	for variant, want := range map[string][]string{
 		"stuck-fence":    {"RoundTrip", "HandOff", "FIFO", "FencesGrow", "Loss", "LeaseWithoutRenewal", "MaxHold", "MutualExclusion"},
 		"double-release": {"AfterRelease", "Loss", "LeaseWithoutRenewal", "NotHeldOnceLost", "MaxHold", "Do", "Close"},

@@ -27,14 +27,19 @@ func harness(loseWith func(l *dlocktest.Locker, name string) bool) dlocktest.Har
 	}
 }
 
+// The two runs and the broken lockers' runs go side by side: they spend
+// their time sleeping on real-clock leases, not on the CPU.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	// Expire: the holder learns at once, then the name is free.
 	t.Run("Expire", func(t *testing.T) {
+		t.Parallel()
 		dlocktest.Conformance(t, harness((*dlocktest.Locker).Expire))
 	})
 	// ForceUnlock: the name is free at once, the holder learns at its next
 	// renewal, as after a key deleted in Redis.
 	t.Run("ForceUnlock", func(t *testing.T) {
+		t.Parallel()
 		dlocktest.Conformance(t, harness((*dlocktest.Locker).ForceUnlock))
 	})
 }
