@@ -8,9 +8,10 @@ import "time"
 // reports holderTTL, the holder's remaining lease (0 when unknown). When
 // cause is not nil it also matches cause: pass the context's error when the
 // caller's context ended the wait, and nil when a single attempt or the
-// wait limit (WithWait) did, as the Client does. The cause is unexported
-// because only this function may set it; that keeps every Locker's "busy"
-// error the same.
+// wait limit (WithWait) did, as the Client does. NotObtainedError keeps the
+// cause in an unexported field, so this is the one way to set it: a Locker
+// that wrapped the two errors itself would differ from the Client in the
+// chain errors.As walks and in the message.
 //
 // Wrap the result in an *Error of Op "acquire" naming the lock, as every
 // Locker's errors are.

@@ -28,7 +28,9 @@ func (c *config) fail(err error) {
 
 // WithClock measures every lease, hold limit (WithMaxHold) and wait limit
 // (WithWait) on clk instead of the real clock; a ManualClock from NewClock
-// makes them move only when the test advances it. The caller's context
+// makes them move only when the test advances it: then a waiter whose
+// context has no deadline waits until the test advances the clock past its
+// wait limit, hands it the lock, or cancels it. The caller's context
 // deadlines stay on the real clock: they are the context package's.
 func WithClock(clk Clock) Option {
 	return optionFunc(func(c *config) {
