@@ -5,6 +5,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/node"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -20,7 +21,7 @@ func TestConformance(t *testing.T) {
 		// next renewal finds it gone and ends the lock's context.
 		Expire: func(t *testing.T, _ dlock.Locker, name string) {
 			t.Helper()
-			if n, err := rdb.Del(bg, dlock.DefaultPrefix+"{"+name+"}").Result(); err != nil || n != 1 {
+			if n, err := rdb.Del(bg, node.KeysOf(dlock.DefaultPrefix, name).Lock).Result(); err != nil || n != 1 {
 				t.Fatalf("deleting the key of %q: %d, %v", name, n, err)
 			}
 		},
