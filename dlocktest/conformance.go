@@ -304,11 +304,15 @@ func (s *suite) roundTrip(t *testing.T) {
 	}
 	again := s.await(t, l, name)
 	if again.Token() == lk.Token() || again.Fence() <= lk.Fence() {
-		t.Fatalf("second acquisition: token %q fence %d after %q %d; want a new token, a larger fence",
-			again.Token(), again.Fence(), lk.Token(), lk.Fence())
+		t.Fatalf("second acquisition: token %s… fence %d after %s… %d; want a new token, a larger fence",
+			tokenPrefix(again), again.Fence(), tokenPrefix(lk), lk.Fence())
 	}
 	s.release(t, again)
 }
+
+// tokenPrefix shows enough of a token to tell two apart, never all of it:
+// a token releases the lock.
+func tokenPrefix(lk dlock.Lock) string { return lk.Token()[:min(8, len(lk.Token()))] }
 
 func (s *suite) busyError(t *testing.T) {
 	l, name, ctx := s.h.New(t), s.name(t), context.Background()
