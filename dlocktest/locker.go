@@ -1,0 +1,358 @@
+package dlocktest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Locker is an in-memory dlock.Locker with the semantics of *dlock.Client:
+// the same validation and errors, waits in FIFO order with hand-off, fences
+// that grow per name, leases that end on its Clock, and a lock context that
+// ends with the Client's causes. It starts no goroutines (with the real
+// clock, package time runs expiries), and is safe for concurrent use.
+//
+// All Lockers made by New are independent: locks of one are invisible to
+// another. Several goroutines sharing one Locker stand for the instances of
+// a service sharing one Redis.
+type Locker struct {
+	clock  Clock
+	bounds dlock.TTLBounds
+
+	// mu guards everything below and the state of every lock and waiter of
+	// this Locker: one mutex, so there is no lock order to get wrong. It is
+	// taken before the ManualClock's.
+	mu     sync.Mutex
+	names  map[string]*entry // names held or waited for
+	fences map[string]int64  // the last fence handed out per name
+	live   map[*lock]struct{}
+	closed bool
+}
+
+// entry is one name that is held or waited for. A free name has no waiters:
+// the moment it is freed, the first live waiter gets it.
+type entry struct {
+	holder  *lock
+	waiters []*waiter // in arrival order
+}
+
+// waiter is one Acquire waiting for a name. Its outcome is decided once,
+// under Locker.mu, by whoever comes first: a hand-off, the wait limit, the
+// caller's context, Close.
+type waiter struct {
+	ctx      context.Context
+	settings dlock.AcquireSettings
+	deadline time.Time     // the wait limit, on the clock
+	stop     func() bool   // the wait limit's timer
+	done     chan struct{} // closed once decided
+	lock     *lock         // granted
+	err      error         // or gave up
+}
+
+var _ dlock.Locker = (*Locker)(nil)
+
+// New returns an empty Locker. Invalid options give an error matching
+// dlock.ErrInvalidOption or dlock.ErrInvalidTTL, an *dlock.Error of Op
+// "new", as dlock.New does.
+func New(opts ...Option) (*Locker, error) {
+	cfg := config{clock: realClock{}, bounds: dlock.DefaultTTLBounds}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.bounds.Check(cfg.bounds.Default); cfg.err == nil && err != nil {
+		cfg.err = fmt.Errorf("%w (WithDefaultTTL)", err)
+	}
+	if cfg.err != nil {
+		return nil, &dlock.Error{Op: "new", Err: cfg.err}
+	}
+	return &Locker{clock: cfg.clock, bounds: cfg.bounds, names: map[string]*entry{},
+		fences: map[string]int64{}, live: map[*lock]struct{}{}}, nil
+}
+
+// MustNew is New for options fixed in the test: it panics where New returns
+// an error.
+func MustNew(opts ...Option) *Locker {
+	l, err := New(opts...)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+// TryAcquire makes one attempt to take the lock name, as
+// (*dlock.Client).TryAcquire does: when another holder has it, the error
+// matches dlock.ErrNotObtained and is a *dlock.NotObtainedError whose
+// HolderTTL is what is left of the holder's lease. Invalid input gives the
+// Client's errors (dlock.ReadAcquireOptions), checked before the lock is
+// looked at; then come a closed Locker (dlock.ErrClosed) and a context that
+// has already ended (its error). On error the Lock is nil.
+//
+// WithReplicas is accepted and always satisfied: there are no replicas.
+func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dlock.AcquireOption) (dlock.Lock, error) {
+	return l.acquire(ctx, name, opts, false)
+}
+
+// Acquire takes the lock name, waiting while another holder has it, as
+// (*dlock.Client).Acquire does: waiters of a name get it in arrival order,
+// the holder's release (or its loss) hands it straight to the first, with a
+// new fence and a lease that starts then. The wait ends without the lock
+// when the wait limit passes on the Locker's clock (dlock.WithWait, default
+// dlock.DefaultWait; WithWait(0) makes one attempt), when ctx ends, or when
+// the Locker is closed; the error matches dlock.ErrNotObtained, and also
+// ctx's error when ctx ended the wait, or is dlock.ErrClosed.
+//
+// A waiter whose context ended or whose wait limit passed is never handed
+// the lock, even if its goroutine has not noticed yet.
+func (l *Locker) Acquire(ctx context.Context, name string, opts ...dlock.AcquireOption) (dlock.Lock, error) {
+	return l.acquire(ctx, name, opts, true)
+}
+
+// Do runs fn while holding the lock name: Acquire, then dlock.Run, as
+// (*dlock.Client).Do does.
+func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...dlock.AcquireOption) error {
+	lk, err := l.Acquire(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	return dlock.Run(ctx, lk, fn)
+}
+
+func (l *Locker) acquire(ctx context.Context, name string, opts []dlock.AcquireOption, wait bool) (dlock.Lock, error) {
+	s, err := dlock.ReadAcquireOptions(name, l.bounds, opts...)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	switch {
+	case l.closed:
+		l.mu.Unlock()
+		return nil, opError("acquire", name, dlock.ErrClosed)
+	case ctx.Err() != nil:
+		l.mu.Unlock()
+		return nil, opError("acquire", name, ctx.Err())
+	}
+	e := l.names[name]
+	if e == nil {
+		lk := l.grant(ctx, name, s)
+		l.mu.Unlock()
+		return lk, nil
+	}
+	if !wait || s.Wait == 0 {
+		err := busy(name, e.holder.leaseLeft(l.clock.Now()), nil)
+		l.mu.Unlock()
+		return nil, err
+	}
+	w := &waiter{ctx: ctx, settings: s, deadline: l.clock.Now().Add(s.Wait), done: make(chan struct{})}
+	e.waiters = append(e.waiters, w)
+	w.stop = l.clock.AfterFunc(s.Wait, func() { l.waitLimit(name, w) })
+	l.mu.Unlock()
+
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		l.mu.Lock()
+		l.giveUp(name, w, ctx.Err())
+		l.mu.Unlock()
+	}
+	// Decided under mu before done was closed, or just above.
+	if w.lock != nil {
+		return w.lock, nil
+	}
+	return nil, w.err
+}
+
+// grant makes a Lock of name for the caller whose context is ctx, and makes
+// it the name's holder. l.mu must be held.
+func (l *Locker) grant(ctx context.Context, name string, s dlock.AcquireSettings) *lock {
+	now := l.clock.Now()
+	l.fences[name]++
+	lk := &lock{l: l, name: name, token: newToken(), fence: l.fences[name], renew: s.Renew,
+		ttl: s.TTL, maxHold: s.MaxHold, leased: now, until: now.Add(s.TTL)}
+	if s.MaxHold > 0 {
+		lk.hold = now.Add(s.MaxHold)
+	}
+	// The lock's context keeps the caller's values (trace ids) but not its
+	// cancellation, as the Client's does.
+	lk.ctx, lk.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	e := l.names[name]
+	if e == nil {
+		e = &entry{}
+		l.names[name] = e
+	}
+	e.holder = lk
+	l.live[lk] = struct{}{}
+	lk.arm(now)
+	return lk
+}
+
+// free makes name free of its holder and hands it to the first waiter that
+// is still waiting: one whose context has not ended and whose wait limit has
+// not passed. l.mu must be held.
+func (l *Locker) free(name string) {
+	e := l.names[name]
+	if e == nil {
+		return
+	}
+	e.holder = nil
+	now := l.clock.Now()
+	for len(e.waiters) > 0 {
+		w := e.waiters[0]
+		switch {
+		case w.ctx.Err() != nil:
+			l.giveUp(name, w, w.ctx.Err())
+		case !now.Before(w.deadline):
+			l.giveUp(name, w, nil)
+		default:
+			e.waiters = e.waiters[1:]
+			w.stop()
+			w.lock = l.grant(w.ctx, name, w.settings)
+			close(w.done)
+			return
+		}
+	}
+	delete(l.names, name)
+}
+
+// giveUp ends w's wait without the lock, unless its outcome was decided
+// already: cause is the context's error that ended it, or nil for the wait
+// limit. l.mu must be held.
+func (l *Locker) giveUp(name string, w *waiter, cause error) {
+	if w.lock != nil || w.err != nil {
+		return
+	}
+	w.stop()
+	var holderTTL time.Duration
+	if e := l.names[name]; e != nil {
+		if i := slices.Index(e.waiters, w); i >= 0 {
+			e.waiters = slices.Delete(e.waiters, i, i+1)
+		}
+		if e.holder != nil {
+			holderTTL = e.holder.leaseLeft(l.clock.Now())
+		}
+	}
+	w.err = busy(name, holderTTL, cause)
+	close(w.done)
+}
+
+// waitLimit runs on the clock when w's wait limit passes.
+func (l *Locker) waitLimit(name string, w *waiter) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.giveUp(name, w, nil)
+}
+
+// Expire ends the lease of the lock name's holder now, as a lease that ran
+// out does: the holder stopped renewing, or its renewals failed until its
+// lease deadline. The holder's context ends first, with a cause matching
+// dlock.ErrLockLost; then the name is handed to the first waiter, or free.
+// The old holder's Refresh, TTL and Release report dlock.ErrNotHeld.
+//
+// It reports whether name was held.
+func (l *Locker) Expire(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.names[name]
+	if e == nil || e.holder == nil {
+		return false
+	}
+	e.holder.lose(fmt.Errorf("%w: no renewal confirmed before the lease deadline (dlocktest: Expire)", dlock.ErrLockLost))
+	l.free(name)
+	return true
+}
+
+// ForceUnlock takes the lock name from its holder as an operator's force
+// unlock does ((*dlock.Client).ForceUnlock, `dlock unlock`), or a key
+// deleted in Redis: the name is handed to the first waiter, or free, at once,
+// but the holder learns only at its next renewal, a third of its TTL after
+// the last one on the clock, or at the end of its lease if it is not
+// renewed, or when it calls Refresh (dlock.ErrNotHeld, and its context ends
+// with a cause matching dlock.ErrLockLost) or Release (dlock.ErrNotHeld). Until
+// then two holders believe they hold the lock, as in Redis: use it to test
+// that the resource refuses the stale holder's fence.
+//
+// It reports whether name was held.
+func (l *Locker) ForceUnlock(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.names[name]
+	if e == nil || e.holder == nil {
+		return false
+	}
+	old := e.holder
+	now := l.clock.Now()
+	old.state = taken
+	if old.renew {
+		old.notice = old.nextRenewal(now)
+	}
+	old.arm(now)
+	l.free(name)
+	return true
+}
+
+// Held reports whether the lock name has a holder.
+func (l *Locker) Held(name string) bool {
+	_, ok := l.Holder(name)
+	return ok
+}
+
+// Holder returns the Lock that holds name now, as its acquirer got it.
+func (l *Locker) Holder(name string) (dlock.Lock, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.names[name]; e != nil && e.holder != nil {
+		return e.holder, true
+	}
+	return nil, false
+}
+
+// Waiters returns how many Acquire calls wait for name now. A test can wait
+// for it to reach n before it releases or advances the clock, so that it
+// knows the waiters are in line, and in which order.
+func (l *Locker) Waiters(name string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.names[name]; e != nil {
+		return len(e.waiters)
+	}
+	return 0
+}
+
+// Close releases the locks still held (their contexts end with
+// dlock.ErrReleased; a later Release reports dlock.ErrNotHeld) and ends the
+// waits under way; those waits and every acquisition after Close fail with
+// an error matching dlock.ErrClosed, as with a closed Client. It returns
+// nil: there is nothing that can fail. ctx is not used; it is there so that
+// Close has the Client's signature. Closing twice does no harm.
+func (l *Locker) Close(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	for name, e := range l.names {
+		for _, w := range e.waiters {
+			w.stop()
+			w.err = opError("acquire", name, dlock.ErrClosed)
+			close(w.done)
+		}
+	}
+	for lk := range l.live {
+		lk.end(released, dlock.ErrReleased)
+	}
+	clear(l.names)
+	return nil
+}
+
+func opError(op, name string, err error) error {
+	return &dlock.Error{Op: op, Name: name, Err: err}
+}
+
+// busy is the error of a name held by another, as the Client gives it.
+func busy(name string, holderTTL time.Duration, cause error) error {
+	return opError("acquire", name, dlock.NewNotObtainedError(name, holderTTL, cause))
+}
