@@ -26,11 +26,5 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		Waiters: func(l dlock.Locker, name string) int { return dlock.LocalWaiters(l.(*dlock.Client), name) },
-		Skip: map[string]string{
-			// Remove once lock.go reports ErrNotHeld for a lock it has
-			// declared lost, as the Lock interface promises.
-			"NotHeldOnceLost": "known drift: after a lease ran out, the Client's context ends a drift margin before Redis drops the key, " +
-				"and in that window TTL reports the lease left and Release deletes the key and returns nil instead of ErrNotHeld",
-		},
 	})
 }

@@ -96,6 +96,8 @@ func Run(ctx context.Context, l Lock, fn func(ctx context.Context) error) (err e
 	defer func() {
 		stop()
 		cancel(context.Canceled)
+		// fn may have released the lock itself: a clean end, not a loss.
+		releasedByFn := errors.Is(context.Cause(lctx), ErrReleased)
 		// The release must run even when ctx has ended: that is when
 		// deferred releases usually run.
 		relErr := l.Release(context.WithoutCancel(ctx))
@@ -103,8 +105,7 @@ func Run(ctx context.Context, l Lock, fn func(ctx context.Context) error) (err e
 		switch {
 		case errors.Is(cause, ErrLockLost):
 			err = errors.Join(err, &Error{Op: "do", Name: l.Name(), Err: cause})
-		case errors.Is(relErr, ErrNotHeld) && errors.Is(cause, ErrReleased):
-			// fn released the lock itself: a clean end, not a loss.
+		case releasedByFn:
 		case errors.Is(relErr, ErrNotHeld):
 			// Gone before the release, though no renewal noticed: lost all
 			// the same.

@@ -100,3 +100,41 @@ func TestRunReportsLoss(t *testing.T) {
 		t.Fatal("not released")
 	}
 }
+
+// A function that releases its lock itself ends the run cleanly: no loss is
+// reported for a release the function chose.
+func TestRunFnReleasesItself(t *testing.T) {
+	c, rdb, _ := setup(t)
+	err := c.Do(bg, "self", func(ctx context.Context) error {
+		l, _ := dlock.FromContext(ctx)
+		return l.Release(ctx)
+	})
+	if err != nil {
+		t.Fatalf("Do whose function released the lock: %v, want nil", err)
+	}
+	// Gone behind the holder's back (the key deleted, no renewal since):
+	// Do's release finds it gone, a loss.
+	err = c.Do(bg, "gone", func(ctx context.Context) error {
+		return rdb.Del(bg, "dlock:{gone}").Err()
+	})
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Do whose lock vanished: %v, want ErrLockLost", err)
+	}
+}
+
+// The lock's own context carries that lock, not one its acquirer's context
+// held.
+func TestLockContextCarriesItself(t *testing.T) {
+	c, _, _ := setup(t)
+	_ = c.Do(bg, "outer", func(ctx context.Context) error {
+		inner, err := c.TryAcquire(ctx, "inner") // ctx carries the outer lock
+		if err != nil {
+			return err
+		}
+		defer inner.Release(bg)
+		if got, ok := dlock.FromContext(inner.Context()); !ok || got.Name() != "inner" {
+			t.Errorf("FromContext(inner.Context()) = %v, %v; want the inner lock", got, ok)
+		}
+		return nil
+	})
+}
