@@ -99,7 +99,7 @@ func TestBrowserRendersPage(t *testing.T) {
 		return err1 == nil && err2 == nil && a.Waiters == 2 && b.Waiters == 1
 	})
 
-	ts := httptest.NewServer(dlockadmin.NewHandler(c, dlockadmin.WithForceUnlock(adminSecret), dlockadmin.WithTitle("dlock — staging")))
+	ts := httptest.NewServer(dlockadmin.MustNewHandler(c, dlockadmin.WithForceUnlock(adminSecret), dlockadmin.WithTitle("dlock — staging")))
 	defer ts.Close()
 	if !strings.HasPrefix(ts.URL, "http://127.0.0.1:") {
 		t.Fatalf("test server at %s, want loopback", ts.URL)

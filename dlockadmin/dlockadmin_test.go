@@ -169,7 +169,7 @@ func setup(t *testing.T, opts ...dlockadmin.Option) *env {
 	srv := redistest.Start(t)
 	e := &env{srv: srv, c: newClient(t, srv), audit: &syncBuffer{}}
 	logger := slog.New(slog.NewJSONHandler(e.audit, nil))
-	e.ts = httptest.NewServer(dlockadmin.NewHandler(e.c, append([]dlockadmin.Option{dlockadmin.WithLogger(logger)}, opts...)...))
+	e.ts = httptest.NewServer(dlockadmin.MustNewHandler(e.c, append([]dlockadmin.Option{dlockadmin.WithLogger(logger)}, opts...)...))
 	t.Cleanup(e.ts.Close)
 	return e
 }
@@ -770,7 +770,11 @@ func TestServeMux(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv)
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "# metrics\n") })
-	ts := httptest.NewServer(dlockadmin.NewServeMux(c, metrics, dlockadmin.WithTitle("Staging locks")))
+	mux, err := dlockadmin.NewServeMux(c, metrics, dlockadmin.WithTitle("Staging locks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(mux)
 	defer ts.Close()
 	get := func(path string) (int, string) {
 		t.Helper()
@@ -803,5 +807,30 @@ func TestServeMux(t *testing.T) {
 	}
 	if status, _ := get("/healthz"); status != http.StatusOK {
 		t.Errorf("GET /healthz with Redis down: %d, want 200: liveness does not depend on Redis", status)
+	}
+}
+
+// Invalid options and a nil client are refused by the constructors, before
+// anything serves.
+func TestNewHandlerRefusesBadOptions(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	for _, tc := range []struct {
+		name string
+		c    *dlock.Client
+		opts []dlockadmin.Option
+		want string
+	}{
+		{"nil client", nil, nil, "needs a dlock.Client"},
+		{"limit 0", c, []dlockadmin.Option{dlockadmin.WithLimit(0)}, "WithLimit(0)"},
+		{"negative timeout", c, []dlockadmin.Option{dlockadmin.WithTimeout(-time.Second)}, "WithTimeout(-1s)"},
+	} {
+		h, err := dlockadmin.NewHandler(tc.c, tc.opts...)
+		if h != nil || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: NewHandler = %v, %v; want an error naming %s", tc.name, h != nil, err, tc.want)
+		}
+		if m, err := dlockadmin.NewServeMux(tc.c, nil, tc.opts...); m != nil || err == nil {
+			t.Errorf("%s: NewServeMux = %v, %v; want an error", tc.name, m != nil, err)
+		}
 	}
 }

@@ -2,10 +2,11 @@
 // holds what, for how long, with how many waiting; and, when enabled, a
 // guarded force unlock for a holder that is stuck or dead.
 //
-//	locker := dlock.New(rdb)
-//	admin := dlockadmin.NewHandler(locker) // read-only
+//	locker, err := dlock.New(rdb)
+//	...
+//	admin, err := dlockadmin.NewHandler(locker) // read-only
 //	// or, with force unlock guarded by an admin token:
-//	admin = dlockadmin.NewHandler(locker, dlockadmin.WithForceUnlock(os.Getenv("DLOCK_ADMIN_TOKEN")))
+//	admin, err = dlockadmin.NewHandler(locker, dlockadmin.WithForceUnlock(os.Getenv("DLOCK_ADMIN_TOKEN")))
 //	http.ListenAndServe("127.0.0.1:9090", admin)
 //
 // NewServeMux adds /metrics, /healthz and /readyz, for `dlock serve`.

@@ -28,7 +28,7 @@ func ExampleNewHandler() {
 	}
 	defer lock.Release(bg)
 
-	admin := dlockadmin.NewHandler(locker)
+	admin := dlockadmin.MustNewHandler(locker)
 
 	rec := httptest.NewRecorder()
 	admin.ServeHTTP(rec, httptest.NewRequest("GET", "/api/locks?match=invoice:*", nil))
@@ -63,7 +63,11 @@ func ExampleNewServeMux() {
 	defer locker.Close(bg)
 
 	metrics := http.NotFoundHandler() // a Prometheus handler, say
-	mux := dlockadmin.NewServeMux(locker, metrics, dlockadmin.WithTitle("Staging locks"))
+	mux, err := dlockadmin.NewServeMux(locker, metrics, dlockadmin.WithTitle("Staging locks"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	// In a program: http.ListenAndServe("127.0.0.1:9090", mux)
 
 	for _, path := range []string{"/healthz", "/readyz"} {

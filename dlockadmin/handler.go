@@ -33,10 +33,19 @@ type handler struct {
 // The handler uses absolute paths from its own root ("/", "/api/locks"); to
 // serve it under a prefix, strip the prefix (http.StripPrefix). The HTML
 // page's links and forms are relative, so they follow the prefix.
-func NewHandler(c *dlock.Client, opts ...Option) http.Handler {
+//
+// It returns an error for a nil client or an invalid option, and starts
+// nothing then; MustNewHandler panics instead.
+func NewHandler(c *dlock.Client, opts ...Option) (http.Handler, error) {
+	if c == nil {
+		return nil, errors.New("dlockadmin: NewHandler needs a dlock.Client")
+	}
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o.apply(&cfg)
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
 	}
 	if cfg.log == nil {
 		cfg.log = slog.Default()
@@ -58,7 +67,17 @@ func NewHandler(c *dlock.Client, opts ...Option) http.Handler {
 	// Origin against Host); safe methods and non-browser clients pass.
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(h.crossOrigin))
-	return cop.Handler(mux)
+	return cop.Handler(mux), nil
+}
+
+// MustNewHandler is NewHandler for options fixed in the program: it panics
+// where NewHandler returns an error.
+func MustNewHandler(c *dlock.Client, opts ...Option) http.Handler {
+	h, err := NewHandler(c, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return h
 }
 
 // lockJSON is one lock as the API shows it: never the full token, which

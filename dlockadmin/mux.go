@@ -27,10 +27,15 @@ const readyProbeName = "dlockadmin:readyz"
 //   - GET /readyz readiness: 200 "ready" when one read from Redis succeeds
 //     within 2s, else 503 with the error.
 //
-// The mux is returned so the caller can add routes of its own.
-func NewServeMux(c *dlock.Client, metrics http.Handler, opts ...Option) *http.ServeMux {
+// The mux is returned so the caller can add routes of its own. The error is
+// NewHandler's.
+func NewServeMux(c *dlock.Client, metrics http.Handler, opts ...Option) (*http.ServeMux, error) {
+	admin, err := NewHandler(c, opts...)
+	if err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/", NewHandler(c, opts...))
+	mux.Handle("/", admin)
 	if metrics != nil {
 		mux.Handle("/metrics", metrics)
 	}
@@ -50,5 +55,5 @@ func NewServeMux(c *dlock.Client, metrics http.Handler, opts ...Option) *http.Se
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	return mux
+	return mux, nil
 }

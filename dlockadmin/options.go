@@ -1,6 +1,7 @@
 package dlockadmin
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 )
@@ -36,6 +37,14 @@ type config struct {
 	timeout    time.Duration
 	adminToken []byte // nil: force unlock is disabled
 	log        *slog.Logger
+	err        error // the first invalid option
+}
+
+// fail records the first invalid option, for NewHandler to return.
+func (c *config) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
 }
 
 func defaultConfig() config {
@@ -53,23 +62,28 @@ func WithTitle(title string) Option {
 }
 
 // WithLimit sets the most locks one listing returns (default DefaultLimit);
-// a request may ask for fewer with ?limit=N but never more. n <= 0 keeps the
-// default: an unbounded listing of a big keyspace is a denial of service.
+// a request may ask for fewer with ?limit=N but never more. n must be
+// positive (NewHandler refuses others): an unbounded listing of a big
+// keyspace is a denial of service.
 func WithLimit(n int) Option {
 	return optionFunc(func(c *config) {
-		if n > 0 {
-			c.limit = n
+		if n <= 0 {
+			c.fail(fmt.Errorf("dlockadmin: WithLimit(%d): the limit must be positive", n))
+			return
 		}
+		c.limit = n
 	})
 }
 
 // WithTimeout bounds the Redis work of each request (default
-// DefaultTimeout). d <= 0 keeps the default.
+// DefaultTimeout). d must be positive (NewHandler refuses others).
 func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if d > 0 {
-			c.timeout = d
+		if d <= 0 {
+			c.fail(fmt.Errorf("dlockadmin: WithTimeout(%v): the timeout must be positive", d))
+			return
 		}
+		c.timeout = d
 	})
 }
 

@@ -3,6 +3,8 @@ package dlockgrpc
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"strconv"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -16,7 +18,7 @@ import (
 )
 
 // UnaryServerInterceptor returns an interceptor that runs each unary call's
-// handler while holding the lock name(ctx, method, req) from c: see the
+// handler while holding the lock name(ctx, method, req) from locker: see the
 // package documentation for the codes it answers when it does not run the
 // handler.
 //
@@ -61,7 +63,7 @@ func MustUnaryServerInterceptor(locker dlock.Locker, name NameFunc, opts ...Opti
 }
 
 // StreamServerInterceptor returns an interceptor that runs each streaming
-// call's handler while holding the lock name(ctx, method, nil) from c. The
+// call's handler while holding the lock name(ctx, method, nil) from locker. The
 // name comes from the method and the call's context only: see Streams in the
 // package documentation. Otherwise it behaves as UnaryServerInterceptor:
 // stream.Context() in the handler is cancelled when the lock is lost.
@@ -111,7 +113,7 @@ type guard struct {
 }
 
 func newGuard(locker dlock.Locker, name NameFunc, opts []Option) (*guard, error) {
-	if locker == nil || name == nil {
+	if isNil(locker) || name == nil {
 		return nil, errors.New("dlockgrpc: an interceptor needs a dlock.Locker and a NameFunc")
 	}
 	cfg := defaultConfig()
@@ -122,6 +124,16 @@ func newGuard(locker dlock.Locker, name NameFunc, opts []Option) (*guard, error)
 		return nil, err
 	}
 	return &guard{locker: locker, name: name, cfg: cfg}, nil
+}
+
+// isNil reports a nil Locker, also a nil pointer in a non-nil interface (a
+// *dlock.Client from a New that failed), which would panic on the first call.
+func isNil(l dlock.Locker) bool {
+	if l == nil {
+		return true
+	}
+	v := reflect.ValueOf(l)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // acquire takes the call's lock. It returns a nil lock and a nil error when
@@ -144,7 +156,7 @@ func (g *guard) acquire(ctx context.Context, method string, req any, setTrailer 
 		return lock, nil
 	}
 	var busy *dlock.NotObtainedError
-	if errors.As(err, &busy) && ctx.Err() == nil && busy.HolderTTL >= 0 {
+	if errors.As(err, &busy) && ctx.Err() == nil && busy.HolderTTL > 0 {
 		setTrailer(metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(busy.HolderTTL.Milliseconds(), 10)))
 	}
 	return nil, g.statusOf(ctx, err)
@@ -160,9 +172,10 @@ func (g *guard) statusOf(ctx context.Context, err error) error {
 		return status.FromContextError(ctx.Err()).Err()
 	case errors.As(err, &busy):
 		st := status.New(g.cfg.busy, "dlockgrpc: busy: another call holds the lock; retry later")
-		if busy.HolderTTL >= 0 {
-			// A lease without expiry (a key dlock did not write) frees at
-			// no known time: then no delay is promised.
+		if busy.HolderTTL > 0 {
+			// A lease without expiry (a key dlock did not write), or one a
+			// Locker cannot tell (0), frees at no known time: then no delay
+			// is promised.
 			if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(busy.HolderTTL)}); derr == nil {
 				st = d
 			}
@@ -170,7 +183,7 @@ func (g *guard) statusOf(ctx context.Context, err error) error {
 		return st.Err()
 	case errors.Is(err, dlock.ErrInvalidName):
 		return status.Error(codes.InvalidArgument, "dlockgrpc: the call names an invalid lock (empty or too long)")
-	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrWrongType):
+	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidOption), errors.Is(err, dlock.ErrWrongType):
 		// The program's configuration or the data in Redis is wrong: no
 		// retry helps, and Unavailable would hide it as an outage.
 		return status.Error(codes.Internal, "dlockgrpc: lock misconfigured")
@@ -184,15 +197,30 @@ func (g *guard) statusOf(ctx context.Context, err error) error {
 // lock is lost, and lock is released afterwards, also when fn panics (the
 // panic keeps its value and stack).
 func (g *guard) run(ctx context.Context, method string, lock dlock.Lock, fn func(context.Context) error) error {
+	returned := false
+	if g.cfg.releaseError != nil {
+		defer func() {
+			if !returned {
+				// fn panicked: Run released on the way out, and its error
+				// is lost with the panic; the lock's cause still tells a
+				// loss or a failed release from a clean end.
+				if err := panicEnd(lock); err != nil {
+					g.cfg.releaseError(ctx, method, err)
+				}
+			}
+		}()
+	}
+	// fn's error stays out of Run's, which is then only the lock's: a loss
+	// or a failed release.
 	var ferr error
 	err := dlock.Run(ctx, lock, func(ctx context.Context) error {
 		ferr = fn(ctx)
-		return ferr
+		return nil
 	})
-	if err == ferr {
+	returned = true
+	if err == nil {
 		return ferr // held to the end and released
 	}
-	// Run joined a loss or a failed release to fn's error.
 	if g.cfg.releaseError != nil {
 		g.cfg.releaseError(ctx, method, err)
 	}
@@ -202,4 +230,17 @@ func (g *guard) run(ctx context.Context, method string, lock dlock.Lock, fn func
 		return status.Error(codes.Aborted, "dlockgrpc: the lock was lost while the call ran")
 	}
 	return ferr
+}
+
+// panicEnd is what the release-error handler hears of a lock whose handler
+// panicked, from the lock's context: Run's own error went with the panic.
+func panicEnd(lock dlock.Lock) error {
+	switch cause := context.Cause(lock.Context()); {
+	case errors.Is(cause, dlock.ErrReleased):
+		return nil
+	case cause == nil:
+		return fmt.Errorf("%s: handler panicked; lock %q: the release did not complete (the lock expires with its TTL)", "dlockgrpc", lock.Name())
+	default:
+		return fmt.Errorf("%s: handler panicked; lock %q: %w", "dlockgrpc", lock.Name(), cause)
+	}
 }

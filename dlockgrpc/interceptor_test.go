@@ -24,6 +24,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockgrpc"
+	"github.com/dlock-go/dlock/dlocktest"
 )
 
 // patience bounds every wait in these tests: far above what loopback needs,
@@ -554,4 +555,60 @@ func TestInterceptorsRefuseBadWiring(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fieldErrors is a handler error of a type == cannot compare (a slice, like
+// go-playground/validator's ValidationErrors).
+type fieldErrors []string
+
+func (e fieldErrors) Error() string { return strings.Join(e, "; ") }
+
+func TestInterceptorReviewCases(t *testing.T) {
+	info := &grpc.UnaryServerInfo{FullMethod: placeMethod}
+	req := wrapperspb.String("9")
+	locker := dlocktest.MustNew()
+	t.Cleanup(func() { _ = locker.Close(bg) })
+
+	t.Run("uncomparable handler error", func(t *testing.T) {
+		intercept := dlockgrpc.MustUnaryServerInterceptor(locker, names)
+		_, err := intercept(bg, req, info, func(context.Context, any) (any, error) {
+			return nil, fieldErrors{"order id", "amount"}
+		})
+		var fe fieldErrors
+		if !errors.As(err, &fe) || len(fe) != 2 {
+			t.Fatalf("got %v, want the handler's own error", err)
+		}
+	})
+	t.Run("panic after a loss is reported", func(t *testing.T) {
+		reported := make(chan error, 1)
+		intercept := dlockgrpc.MustUnaryServerInterceptor(locker, names,
+			dlockgrpc.WithReleaseErrorHandler(func(_ context.Context, _ string, err error) { reported <- err }))
+		func() {
+			defer func() { _ = recover() }()
+			_, _ = intercept(bg, req, info, func(ctx context.Context, _ any) (any, error) {
+				lock, _ := dlock.FromContext(ctx)
+				locker.Expire(lock.Name())
+				<-ctx.Done()
+				panic("after the loss")
+			})
+		}()
+		select {
+		case err := <-reported:
+			if !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("reported %v, want ErrLockLost", err)
+			}
+		default:
+			t.Fatal("the release-error handler was not called")
+		}
+	})
+	t.Run("nil client and negative wait refused", func(t *testing.T) {
+		var nilClient *dlock.Client
+		if _, err := dlockgrpc.UnaryServerInterceptor(nilClient, names); err == nil {
+			t.Error("a nil *dlock.Client was accepted")
+		}
+		_, err := dlockgrpc.StreamServerInterceptor(locker, names, dlockgrpc.WithAcquireOptions(dlock.WithWait(-time.Second)))
+		if !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("a negative wait: %v, want ErrInvalidOption", err)
+		}
+	})
 }

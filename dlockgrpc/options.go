@@ -2,7 +2,10 @@ package dlockgrpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -62,5 +65,13 @@ func (c *config) check() error {
 	if c.busy == codes.OK || c.busy > codes.Unauthenticated {
 		return fmt.Errorf("dlockgrpc: busy code %v is not an error code", c.busy)
 	}
+	// The acquire options, as far as they can be judged without the
+	// Locker's TTL bounds: a negative wait would fail every call.
+	if _, err := dlock.ReadAcquireOptions("dlockgrpc", anyTTL, c.acquire...); err != nil {
+		return fmt.Errorf("dlockgrpc: WithAcquireOptions: %w", errors.Unwrap(err)) // the *dlock.Error names a lock there is none of
+	}
 	return nil
 }
+
+// anyTTL accepts every positive TTL: the Locker applies its own bounds.
+var anyTTL = dlock.TTLBounds{Default: time.Second, Min: time.Nanosecond, Max: math.MaxInt64}

@@ -16,7 +16,7 @@ func TestRetryAfter(t *testing.T) {
 		want   string
 	}{
 		{-time.Millisecond, ""}, // a key without expiry: no promise
-		{0, "1"},
+		{0, ""},                 // unknown (a Locker that cannot tell): no promise
 		{time.Millisecond, "1"},
 		{999 * time.Millisecond, "1"},
 		{time.Second, "1"},

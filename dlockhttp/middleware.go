@@ -3,7 +3,9 @@ package dlockhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -23,11 +25,12 @@ import (
 // release runs in a deferred call and the panic then goes on unchanged, with
 // its stack, to net/http's recovery or the caller's.
 //
-// Middleware returns an error when locker or name is nil or an option is
-// invalid (a status outside 100-999): mistakes in the program's wiring,
-// found at start-up rather than on the first request.
+// Middleware returns an error when locker (also a nil *dlock.Client) or name
+// is nil or an option is invalid (a status outside 100-999, a negative
+// wait): mistakes in the program's wiring, found at start-up rather than on
+// the first request.
 func Middleware(locker dlock.Locker, name NameFunc, opts ...Option) (func(http.Handler) http.Handler, error) {
-	if locker == nil || name == nil {
+	if isNil(locker) || name == nil {
 		return nil, errors.New("dlockhttp: Middleware needs a dlock.Locker and a NameFunc")
 	}
 	cfg := defaultConfig()
@@ -49,15 +52,41 @@ func Middleware(locker dlock.Locker, name NameFunc, opts ...Option) (func(http.H
 				cfg.refuse(w, r, err)
 				return
 			}
+			returned := false
+			if cfg.releaseError != nil {
+				defer func() {
+					if !returned {
+						// The handler panicked: Run released on the way
+						// out, and its error is lost with the panic; the
+						// lock's cause still tells a loss or a failed
+						// release from a clean end.
+						if err := panicEnd(lock); err != nil {
+							cfg.releaseError(r, err)
+						}
+					}
+				}()
+			}
 			err = dlock.Run(r.Context(), lock, func(ctx context.Context) error {
 				next.ServeHTTP(w, r.WithContext(ctx))
 				return nil
 			})
+			returned = true
 			if err != nil && cfg.releaseError != nil {
 				cfg.releaseError(r, err)
 			}
 		})
 	}, nil
+}
+
+// isNil reports a nil Locker, also a nil pointer in a non-nil interface (a
+// *dlock.Client from a New that failed), which would panic on the first
+// request.
+func isNil(l dlock.Locker) bool {
+	if l == nil {
+		return true
+	}
+	v := reflect.ValueOf(l)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // MustMiddleware is Middleware for wiring fixed in the program: it panics
@@ -91,7 +120,7 @@ func (cfg *config) status(err error) int {
 		return cfg.busy
 	case errors.Is(err, dlock.ErrInvalidName):
 		return cfg.invalid
-	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrWrongType):
+	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidOption), errors.Is(err, dlock.ErrWrongType):
 		// The program's configuration or the data in Redis is wrong: no
 		// retry by the client helps, and 503 would hide it as an outage.
 		return http.StatusInternalServerError
@@ -106,8 +135,8 @@ func (cfg *config) status(err error) int {
 // sure to fail), at least 1. It is empty for a lease without expiry (a key
 // dlock did not write), when no time can honestly be promised.
 func retryAfter(holder time.Duration) string {
-	if holder < 0 {
-		return ""
+	if holder <= 0 {
+		return "" // no expiry, or unknown (a Locker that cannot tell)
 	}
 	secs := (holder + time.Second - 1) / time.Second
 	return strconv.FormatInt(max(int64(secs), 1), 10)
@@ -141,4 +170,17 @@ func writeError(w http.ResponseWriter, _ *http.Request, status int, err error) {
 		msg = "dlockhttp: lock service unavailable"
 	}
 	http.Error(w, msg, status)
+}
+
+// panicEnd is what the release-error handler hears of a lock whose handler
+// panicked, from the lock's context: Run's own error went with the panic.
+func panicEnd(lock dlock.Lock) error {
+	switch cause := context.Cause(lock.Context()); {
+	case errors.Is(cause, dlock.ErrReleased):
+		return nil
+	case cause == nil:
+		return fmt.Errorf("%s: handler panicked; lock %q: the release did not complete (the lock expires with its TTL)", "dlockhttp", lock.Name())
+	default:
+		return fmt.Errorf("%s: handler panicked; lock %q: %w", "dlockhttp", lock.Name(), cause)
+	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockhttp"
+	"github.com/dlock-go/dlock/dlocktest"
 )
 
 // patience bounds every wait in these tests: far above what loopback needs,
@@ -433,5 +434,50 @@ func TestMiddlewareRefusesBadWiring(t *testing.T) {
 			}()
 			dlockhttp.MustMiddleware(tc.locker, tc.names, tc.opts...)
 		})
+	}
+}
+
+// A handler that panics after its lock was lost still reaches the
+// release-error handler (Run's own error goes with the panic; the lock's
+// cause does not). The Locker is dlocktest's: the middleware takes any.
+func TestPanicAfterLossReported(t *testing.T) {
+	locker := dlocktest.MustNew()
+	t.Cleanup(func() { _ = locker.Close(bg) })
+	reported := make(chan error, 1)
+	h := dlockhttp.MustMiddleware(locker, dlockhttp.PathValue("order:", "id"),
+		dlockhttp.WithReleaseErrorHandler(func(_ *http.Request, err error) { reported <- err }))(
+		http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			lock, _ := dlock.FromContext(r.Context())
+			locker.Expire(lock.Name())
+			<-r.Context().Done()
+			panic("after the loss")
+		}))
+	req := httptest.NewRequest("POST", "/orders/3", nil)
+	req.SetPathValue("id", "3")
+	func() {
+		defer func() { _ = recover() }()
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}()
+	select {
+	case err := <-reported:
+		if !errors.Is(err, dlock.ErrLockLost) || !strings.Contains(err.Error(), "panicked") {
+			t.Fatalf("reported %v, want a panic after a loss (ErrLockLost)", err)
+		}
+	default:
+		t.Fatal("the release-error handler was not called")
+	}
+}
+
+// Wiring the middleware with a nil *dlock.Client (a New that failed) or a
+// negative wait fails at start-up, not on the first request.
+func TestMiddlewareRefusesNilClientAndBadWait(t *testing.T) {
+	var nilClient *dlock.Client
+	if _, err := dlockhttp.Middleware(nilClient, dlockhttp.PathValue("", "id")); err == nil {
+		t.Error("a nil *dlock.Client was accepted")
+	}
+	locker := dlocktest.MustNew()
+	_, err := dlockhttp.Middleware(locker, dlockhttp.PathValue("", "id"), dlockhttp.WithAcquireOptions(dlock.WithWait(-time.Second)))
+	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "wait -1s is negative") {
+		t.Errorf("a negative wait: %v, want ErrInvalidOption naming it", err)
 	}
 }

@@ -1,8 +1,11 @@
 package dlockhttp
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"time"
 
 	"github.com/dlock-go/dlock"
 )
@@ -104,5 +107,13 @@ func (c *config) check() error {
 	if c.writeError == nil {
 		return fmt.Errorf("dlockhttp: nil ErrorWriter")
 	}
+	// The acquire options, as far as they can be judged without the
+	// Locker's TTL bounds: a negative wait would fail every request.
+	if _, err := dlock.ReadAcquireOptions("dlockhttp", anyTTL, c.acquire...); err != nil {
+		return fmt.Errorf("dlockhttp: WithAcquireOptions: %w", errors.Unwrap(err)) // the *dlock.Error names a lock there is none of
+	}
 	return nil
 }
+
+// anyTTL accepts every positive TTL: the Locker applies its own bounds.
+var anyTTL = dlock.TTLBounds{Default: time.Second, Min: time.Nanosecond, Max: math.MaxInt64}

@@ -4,7 +4,7 @@
 // It is its own Go module, so that OpenTelemetry's dependencies stay out of
 // the go.mod of programs that use dlock without it.
 //
-//	locker := dlock.New(rdb, dlock.WithObserver(dlockotel.NewObserver()))
+//	locker, err := dlock.New(rdb, dlock.WithObserver(dlockotel.NewObserver()))
 //
 // By default the spans go to otel.GetTracerProvider() and the metrics to
 // otel.GetMeterProvider(); WithTracerProvider and WithMeterProvider choose

@@ -6,7 +6,7 @@
 //
 //	col := dlockprom.NewCollector()
 //	prometheus.MustRegister(col)
-//	locker := dlock.New(rdb, dlock.WithObserver(col))
+//	locker, err := dlock.New(rdb, dlock.WithObserver(col))
 //
 // The Collector never registers itself, so it works with any registry (the
 // default one, a per-test one, one per tenant) and two Collectors can live in

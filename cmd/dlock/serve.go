@@ -86,7 +86,10 @@ func (a *app) serve(ctx context.Context, listen, title string) error {
 	if tok := a.getenv(adminTokenEnv); tok != "" {
 		opts = append(opts, dlockadmin.WithForceUnlock(tok))
 	}
-	mux := dlockadmin.NewServeMux(c, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), opts...)
+	mux, err := dlockadmin.NewServeMux(c, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), opts...)
+	if err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
