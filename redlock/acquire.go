@@ -1,0 +1,427 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/node"
+)
+
+// TryAcquire makes one attempt on every node at once and returns the lock if
+// a quorum granted it within its validity; else it gives back what it got
+// and fails with an *dlock.Error of Op "acquire": wrapping a
+// *dlock.NotObtainedError (matching dlock.ErrNotObtained; its HolderTTL is
+// the longest lease the busy nodes reported) when the lock is held
+// elsewhere, matching ErrNoQuorum when nodes failed. It returns as soon as a
+// quorum is reached or out of reach, without waiting for slow nodes, and
+// when ctx ends.
+//
+// Options are read as a Client reads them (dlock.ReadAcquireOptions, with
+// the Redlock's TTL bounds): dlock.WithTTL, dlock.WithWait and
+// dlock.WithoutRenewal apply; dlock.WithMaxHold and dlock.WithReplicas are
+// refused with dlock.ErrInvalidOption.
+//
+// A Lock is renewed on all its nodes at a third of its TTL unless acquired
+// WithoutRenewal. Its Context ends when no renewal reached a quorum before
+// the validity ran out, or a majority of nodes no longer hold it.
+func (r *Redlock) TryAcquire(ctx context.Context, name string, opts ...dlock.AcquireOption) (dlock.Lock, error) {
+	start := time.Now()
+	s, err := r.settings(ctx, name, opts)
+	var l *Lock
+	if err == nil {
+		l, _, err = r.try(ctx, name, s)
+	}
+	return r.acquired(ctx, name, start, l, err, false)
+}
+
+// Acquire takes the lock name, retrying TryAcquire while the lock is busy,
+// with jittered backoff, until the wait limit (dlock.WithWait, default
+// dlock.DefaultWait) passes or ctx ends. Giving up returns an error matching
+// dlock.ErrNotObtained, and also ctx's error when ctx ended the wait, so
+// callers can tell "busy" from "cancelled". Node failures that make a quorum
+// impossible end the wait at once, with ErrNoQuorum; Close ends it with
+// dlock.ErrClosed.
+//
+// A Redlock does not queue: waiters poll. The pause between attempts is
+// drawn uniformly ("full jitter") between 5ms and a ceiling that doubles
+// after each busy attempt, capped at a tenth of the TTL, at 1s, and at the
+// longest lease the busy nodes reported, so that contenders spread out and
+// a lock whose holder crashed is taken soon after its lease runs out.
+func (r *Redlock) Acquire(ctx context.Context, name string, opts ...dlock.AcquireOption) (dlock.Lock, error) {
+	start := time.Now()
+	s, err := r.settings(ctx, name, opts)
+	var l *Lock
+	waited := false
+	if err == nil {
+		l, waited, err = r.acquire(ctx, name, s)
+	}
+	return r.acquired(ctx, name, start, l, err, waited)
+}
+
+// acquired reports an acquisition to the observers and returns its result,
+// with a nil dlock.Lock (not a nil *Lock in one) on error. waited: the wait
+// limit, not ctx, ended a wait for a busy lock.
+func (r *Redlock) acquired(ctx context.Context, name string, start time.Time, l *Lock, err error, waited bool) (dlock.Lock, error) {
+	if len(r.cfg.observers) > 0 {
+		e := dlock.AcquireEvent{Name: name, Wait: time.Since(start), Err: err}
+		switch {
+		case err == nil:
+			e.Result, e.Fence = dlock.ResultAcquired, l.Fence()
+		case errors.Is(err, context.Canceled):
+			e.Result = dlock.ResultCancelled
+		case errors.Is(err, context.DeadlineExceeded), waited:
+			e.Result = dlock.ResultTimeout
+		case errors.Is(err, dlock.ErrNotObtained):
+			e.Result = dlock.ResultBusy
+		default:
+			e.Result = dlock.ResultError
+		}
+		for _, o := range r.cfg.observers {
+			o.OnAcquire(ctx, e)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// settings reads and checks the options and the name before anything is
+// sent, by the core's rules, and refuses what a Redlock cannot keep.
+func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.AcquireOption) (dlock.AcquireSettings, error) {
+	s, err := dlock.ReadAcquireOptions(name, r.cfg.bounds, opts...)
+	if err != nil {
+		return s, err
+	}
+	switch {
+	case s.MaxHold > 0:
+		// No hold limit yet: refuse rather than accept a limit it would
+		// not keep.
+		err = fmt.Errorf("%w: WithMaxHold is not supported by Redlock", dlock.ErrInvalidOption)
+	case s.Replicas > 0:
+		err = fmt.Errorf("%w: WithReplicas is not supported by Redlock, whose nodes are independent primaries", dlock.ErrInvalidOption)
+	case r.isClosed():
+		err = dlock.ErrClosed
+	default:
+		err = ctx.Err()
+	}
+	if err != nil {
+		return s, opError("acquire", name, err)
+	}
+	return s, nil
+}
+
+// acquire is Acquire after its options were read. It reports whether the
+// wait limit ended the wait.
+func (r *Redlock) acquire(ctx context.Context, name string, s dlock.AcquireSettings) (*Lock, bool, error) {
+	// The first attempt runs on ctx: WithWait(0) makes Acquire a single
+	// attempt, like TryAcquire, not a wait over before it began.
+	l, holder, err := r.try(ctx, name, s)
+	if err == nil || !isBusy(err) || s.Wait == 0 {
+		return l, false, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.Wait)
+	defer cancel()
+	defer context.AfterFunc(r.closing, cancel)() // Close ends the wait
+	for n := 0; ; n++ {
+		t := time.NewTimer(backoff(n, s.TTL, holder))
+		select {
+		case <-wctx.Done():
+			t.Stop()
+			return r.gaveUp(ctx, name, holder)
+		case <-t.C:
+		}
+		l, h, err := r.try(wctx, name, s)
+		if isBusy(err) {
+			holder = h
+		}
+		switch {
+		case err == nil:
+			return l, false, nil
+		case wctx.Err() != nil:
+			return r.gaveUp(ctx, name, holder)
+		case !isBusy(err):
+			return nil, false, err
+		}
+	}
+}
+
+// gaveUp is the error of a wait that ended without the lock: busy, and also
+// ctx's error when ctx ended it; ErrClosed when Close did. It reports
+// whether the wait limit ended the wait.
+func (r *Redlock) gaveUp(ctx context.Context, name string, holder time.Duration) (*Lock, bool, error) {
+	if r.isClosed() {
+		return nil, false, opError("acquire", name, dlock.ErrClosed)
+	}
+	busy := &dlock.NotObtainedError{Name: name, HolderTTL: holder}
+	if err := ctx.Err(); err != nil {
+		return nil, false, opError("acquire", name, fmt.Errorf("%w: %w", busy, err))
+	}
+	return nil, true, opError("acquire", name, busy)
+}
+
+// Bounds of the pause between busy attempts: see Acquire.
+const (
+	minBackoff  = 5 * time.Millisecond
+	baseBackoff = 10 * time.Millisecond
+	maxBackoff  = time.Second
+)
+
+// backoff is the pause before busy attempt n+1 (n from 0) of a lock of ttl
+// whose holder reported holder left (0: unknown): uniform in [minBackoff,
+// ceiling], the ceiling doubling from baseBackoff with n, capped at ttl/10,
+// maxBackoff and holder, and never below minBackoff. Uniform over the whole
+// range, not a fixed pause with a little noise: waiters in many processes
+// that met one busy lock then spread over the range instead of coming back
+// together.
+func backoff(n int, ttl, holder time.Duration) time.Duration {
+	ceil := min(baseBackoff<<min(n, 16), maxBackoff, ttl/10)
+	if holder > 0 {
+		ceil = min(ceil, holder)
+	}
+	ceil = max(ceil, minBackoff)
+	return minBackoff + rand.N(ceil-minBackoff+1)
+}
+
+// drift is the allowance for the nodes' clocks running fast against ours,
+// taken off every validity: TTL/100 + 2ms, as the Redlock algorithm has it.
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// reply is one node's answer to an attempt.
+type reply struct {
+	i   int
+	g   node.Grant
+	err error
+}
+
+// try makes one attempt on every node at once, with one token. It returns
+// the lock if a quorum granted it within the validity (the TTL less the
+// time the attempt took and the drift), else an error, and the longest
+// lease the busy nodes reported.
+func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings) (*Lock, time.Duration, error) {
+	k := node.KeysOf(r.cfg.prefix, name)
+	token := newToken()
+	start := time.Now()
+	valid := start.Add(s.TTL - drift(s.TTL))
+	// The attempts are bounded by the validity, a grant after it being no
+	// lock, and by Close; not by ctx: an attempt still out when a quorum
+	// granted goes on, and its grant joins the lock.
+	actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), valid)
+	stopOnClose := context.AfterFunc(r.closing, cancel)
+	replies := make(chan reply, len(r.nodes))
+	for i := range r.nodes {
+		if !r.start(func() {
+			g, err := r.attempt(actx, i, k, token, s.TTL)
+			replies <- reply{i, g, err}
+		}) {
+			replies <- reply{i: i, err: dlock.ErrClosed}
+		}
+	}
+
+	fences := make([]int64, len(r.nodes))
+	var (
+		got, busy, failed int
+		holder            time.Duration
+		errs              []error
+		ctxErr            error
+	)
+	pending := len(r.nodes)
+	// Waiting for slow nodes once a quorum granted would only eat the
+	// validity; once a quorum is out of reach, it is for nothing.
+	for pending > 0 && got < r.quorum && failed <= len(r.nodes)-r.quorum && ctxErr == nil {
+		select {
+		case rep := <-replies:
+			pending--
+			switch {
+			case rep.err != nil:
+				failed++
+				errs = append(errs, fmt.Errorf("node %d: %w", rep.i, rep.err))
+			case rep.g.OK:
+				got++
+				fences[rep.i] = rep.g.Fence
+			default:
+				busy++
+				failed++
+				holder = longerHolder(holder, rep.g.HolderTTL)
+			}
+		case <-ctx.Done():
+			ctxErr = ctx.Err()
+		}
+	}
+	left := time.Until(valid)
+	var l *Lock
+	if ctxErr == nil && got >= r.quorum && left > 0 {
+		l = r.newLock(ctx, name, k, token, s, start, valid, fences)
+	} else {
+		cancel() // the attempts still out are of no use now
+	}
+	// The replies still out are collected in the background: a grant joins
+	// the lock while it is held and valid, else it is given back.
+	collect := func() {
+		defer stopOnClose()
+		defer cancel()
+		for range pending {
+			rep := <-replies
+			if rep.err == nil && rep.g.OK && (l == nil || !l.join(rep.i, rep.g.Fence)) {
+				r.giveBack(ctx, rep.i, k, token, s.TTL)
+			}
+		}
+	}
+	if pending == 0 || !r.start(collect) {
+		collect() // nothing out, or Close has begun and cancelled what is
+	}
+
+	if l != nil {
+		if !r.track(l) {
+			close(l.done) // no watch goroutine was started
+			_ = l.release(context.WithoutCancel(ctx), closedCause)
+			return nil, 0, opError("acquire", name, dlock.ErrClosed)
+		}
+		return l, 0, nil
+	}
+	r.withdrawAll(ctx, k, token, fences, s.TTL)
+	switch {
+	case ctxErr != nil:
+		return nil, holder, opError("acquire", name, ctxErr)
+	case busy > 0 && got+busy >= r.quorum:
+		return nil, holder, opError("acquire", name, &dlock.NotObtainedError{Name: name, HolderTTL: holder})
+	}
+	err := fmt.Errorf("%w: %d of %d nodes granted the lock, %d needed (validity left %v)",
+		ErrNoQuorum, got, len(r.nodes), r.quorum, left.Round(time.Millisecond))
+	if len(errs) > 0 {
+		err = fmt.Errorf("%w: %w", err, errors.Join(errs...))
+	}
+	return nil, holder, opError("acquire", name, err)
+}
+
+// longerHolder keeps the longest lease busy nodes reported, in ms: -1, a
+// key without expiry (not written by dlock), only while no node reported a
+// lease.
+func longerHolder(cur time.Duration, ms int64) time.Duration {
+	switch d := time.Duration(ms) * time.Millisecond; {
+	case d > cur:
+		return d
+	case ms == -1 && cur == 0:
+		return -1
+	}
+	return cur
+}
+
+// attempt runs the acquire script on node i, without queueing: a Redlock
+// polls. A reply that was lost (a network error, or ctx ended while the
+// command was out) may hide a grant all the same: it is given back in the
+// background, so that it blocks nobody for a whole TTL.
+func (r *Redlock) attempt(ctx context.Context, i int, k node.Keys, token string, ttl time.Duration) (node.Grant, error) {
+	res, err := node.Acquire(k, token, node.AcquireArgs{TTL: ttl, Owner: r.cfg.owner, FenceLifetime: r.cfg.fenceLifetime}).
+		Run(ctx, r.nodes[i].rdb).Slice()
+	if err != nil {
+		if !isServerReply(err) {
+			r.giveBack(ctx, i, k, token, ttl)
+		}
+		return node.Grant{}, redisError(err)
+	}
+	g, err := node.ParseGrant(res)
+	if err != nil {
+		r.giveBack(ctx, i, k, token, ttl)
+		return node.Grant{}, err
+	}
+	return g, nil
+}
+
+// withdrawAll gives back, on every node in fences, the grants of an attempt
+// that failed: at once, so that the next attempt (ours or another's) finds
+// them gone; a node that does not answer is left to giveBack.
+func (r *Redlock) withdrawAll(ctx context.Context, k node.Keys, token string, fences []int64, ttl time.Duration) {
+	var wg sync.WaitGroup
+	for i, f := range fences {
+		if f == 0 {
+			continue
+		}
+		wg.Go(func() {
+			if r.withdraw(ctx, i, k, token) != nil {
+				r.giveBack(ctx, i, k, token, ttl)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// giveBackFor bounds how long a grant is tried to be given back: the core's
+// longest such retry. Past it the grant's TTL, which ends it, is near.
+const giveBackFor = 3 * time.Second
+
+// giveBack withdraws token from node i in the background: it releases a
+// grant whose reply was lost or came too late, and marks the token given
+// up, so that an attempt of it still on the way (go-redis re-sends after a
+// lost reply) grants nothing. The error that lost the reply often fails the
+// first try too, so it is tried again with backoff while the grant may live
+// (its TTL, at most giveBackFor), until Close.
+func (r *Redlock) giveBack(ctx context.Context, i int, k node.Keys, token string, ttl time.Duration) {
+	ctx = context.WithoutCancel(ctx)
+	retry := func() {
+		until := time.Now().Add(min(ttl, giveBackFor))
+		for pause := 20 * time.Millisecond; r.withdraw(ctx, i, k, token) != nil; pause = min(2*pause, 500*time.Millisecond) {
+			if time.Now().Add(pause).After(until) {
+				return
+			}
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-r.closing.Done():
+				t.Stop()
+				return
+			}
+		}
+	}
+	if !r.start(retry) {
+		_ = r.withdraw(ctx, i, k, token) // Close has begun: one try, here
+	}
+}
+
+// releaseRecordTTL is how long a node keeps the record of a token's release,
+// as the core keeps it (see internal/scripts/release.lua).
+const releaseRecordTTL = 30 * time.Second
+
+// withdraw runs the release script for token on node i, giving the token
+// up, on a fresh context bounded by the release timeout.
+func (r *Redlock) withdraw(ctx context.Context, i int, k node.Keys, token string) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.releaseTimeout)
+	defer cancel()
+	return node.Release(k, token, node.ReleaseArgs{Record: releaseRecordTTL, GiveUp: true,
+		Sharded: r.nodes[i].sharded, FenceLifetime: r.cfg.fenceLifetime}).Run(rctx, r.nodes[i].rdb).Err()
+}
+
+func isBusy(err error) bool {
+	var b *dlock.NotObtainedError
+	return errors.As(err, &b)
+}
+
+// isServerReply reports whether err is an error reply of Redis: the command
+// reached the server and its outcome is known. Any other error (network,
+// timeout, cancelled context) leaves the outcome unknown.
+func isServerReply(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
+}
+
+// redisError maps Redis' WRONGTYPE reply to dlock.ErrWrongType, as the core
+// does: the key holds a value dlock did not write.
+func redisError(err error) error {
+	if err != nil && strings.Contains(err.Error(), "WRONGTYPE") {
+		return fmt.Errorf("%w (%w)", dlock.ErrWrongType, err)
+	}
+	return err
+}
+
+// opError names the operation and the lock that failed.
+func opError(op, name string, err error) error {
+	return &dlock.Error{Op: op, Name: name, Err: err}
+}

@@ -1,0 +1,49 @@
+// Package redlock takes dlock's locks on a majority of independent Redis
+// primaries (the Redlock algorithm), so that a lock survives the loss of a
+// minority of them.
+//
+// # Model
+//
+// A Redlock (one per process, made by New over N clients) hands out Locks.
+// An acquisition sends the acquire script with one random token to every
+// node at once and holds the lock when a quorum (N/2 + 1) granted it within
+// its validity: the TTL less the time the attempt took and a drift
+// allowance (TTL/100 + 2ms). It returns as soon as a quorum granted or can
+// no longer grant, without waiting for slow nodes; a grant that arrives
+// later joins the lock, or is given back when the lock has failed or ended.
+//
+//	r, err := redlock.New([]redis.UniversalClient{a, b, c})
+//	lock, err := r.Acquire(ctx, "order:42", dlock.WithTTL(10*time.Second))
+//	if errors.Is(err, dlock.ErrNotObtained) { /* busy */ }
+//	defer lock.Release(context.WithoutCancel(ctx))
+//
+// Redlock implements dlock.Locker and its Lock implements dlock.Lock, with
+// the same options, errors (*dlock.Error naming the operation and the lock,
+// the dlock sentinels, ErrNoQuorum for failing nodes) and observer events
+// as a dlock.Client, so code, dlockprom and dlockotel written for one work
+// with the other. The keys and scripts on each node are the core's
+// (internal/node), under the same prefix.
+//
+// A Lock is renewed on all its nodes at a third of its TTL; its context
+// ends when no renewal reached a quorum before the validity ran out, or a
+// majority of the nodes no longer hold it. Waiting polls with jittered
+// backoff: Redlock does not join the core's waiter queues.
+//
+// # Goroutines
+//
+// Every goroutine a Redlock starts (attempts still out after the verdict,
+// each lock's watch and renewals, grants being given back) belongs to it:
+// Close releases what is held, ends every Lock's context and waits for them
+// all.
+//
+// # Limits
+//
+// Redlock is a trade-off, not a cure. It assumes bounded clock drift and
+// process pauses like any lease. A node restarted empty forgets the locks it
+// held: while the rest of a quorum holds, no second holder gets in, but run
+// nodes with persistence, or restart them only after the longest TTL, to
+// keep that margin. Fence is the largest of the nodes' fences and need not
+// grow across quorums; strict fencing checks Fences node by node. Lock has
+// no hold limit (WithMaxHold is refused), and WithReplicas does not apply to
+// independent primaries (refused too).
+package redlock

@@ -1,0 +1,390 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/node"
+)
+
+// Lock is a lock held on a quorum of a Redlock's nodes: one acquisition,
+// with one token on every node. It implements dlock.Lock; Fences tells the
+// fence each node handed out. Its lease is the validity of the quorum: the
+// TTL less the time the acquisition (or the last renewal) took and the
+// drift allowance (TTL/100 + 2ms), on the local monotonic clock.
+//
+// A Lock is safe for concurrent use. Once Release returned, its methods
+// report dlock.ErrNotHeld.
+type Lock struct {
+	r     *Redlock
+	name  string
+	keys  node.Keys
+	token string
+	start time.Time // send time of the acquisition, for held times
+	renew bool      // renewed in the background: no WithoutRenewal
+
+	ctx    context.Context // ended when the lock ends; carries the acquirer's values
+	cancel context.CancelCauseFunc
+
+	stop     chan struct{} // closed by release: the watch goroutine returns
+	stopOnce sync.Once
+	done     chan struct{} // closed when the watch goroutine has returned
+
+	releaseMu sync.Mutex // one release at a time
+
+	mu     sync.Mutex
+	state  state
+	fences []int64       // per node; 0 where the node has not granted
+	valid  time.Time     // end of the quorum's validity
+	ttl    time.Duration // the lease renewals ask for: WithTTL, or the last Refresh
+}
+
+type state int
+
+const (
+	held state = iota
+	lost
+	released
+)
+
+func (r *Redlock) newLock(ctx context.Context, name string, k node.Keys, token string, s dlock.AcquireSettings,
+	start, valid time.Time, fences []int64) *Lock {
+	l := &Lock{r: r, name: name, keys: k, token: token, start: start, renew: s.Renew,
+		stop: make(chan struct{}), done: make(chan struct{}), fences: fences, valid: valid, ttl: s.TTL}
+	// The caller's values (trace ids), not its cancellation: the lock lives
+	// until it is released or lost.
+	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	return l
+}
+
+// Name returns the lock's name.
+func (l *Lock) Name() string { return l.name }
+
+// Token returns the acquisition's token, the same on every node. It is a
+// secret of the holder: never log it in full.
+func (l *Lock) Token() string { return l.token }
+
+// Fences returns the fencing token each node handed out, 0 where the node
+// did not grant the lock. A node whose grant arrived after the quorum's
+// joins the lock later, so Fences may fill in after Acquire returned. Each
+// node's fences only grow; a resource that tracks the largest fence per
+// node and refuses a write unless some node's fence is at least its largest
+// is safe from stale holders, because any two quorums share a node.
+func (l *Lock) Fences() []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.fences)
+}
+
+// Fence returns the largest of Fences. It is not guaranteed to grow across
+// acquisitions (two quorums may differ in the node that gave the largest);
+// use Fences with a per-node check where fencing must be strict.
+func (l *Lock) Fence() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Max(l.fences)
+}
+
+// Context returns the lock's context, cancelled when the lock ends; pass it
+// to the work the lock protects. context.Cause tells why:
+//   - dlock.ErrReleased: Release was called; also dlock.ErrClosed when Close
+//     released it;
+//   - an error matching dlock.ErrLockLost: no renewal reached a quorum before
+//     the validity ran out (also ErrNoQuorum), the validity of a lock
+//     acquired WithoutRenewal ran out, or a renewal or Refresh found the
+//     lock gone on a majority of the nodes.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// TTL returns what is left of the quorum's validity, on the local clock.
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held {
+		return 0, opError("ttl", l.name, dlock.ErrNotHeld)
+	}
+	return max(time.Until(l.valid), 0), nil
+}
+
+// Refresh extends the lease on every node of the lock to at least ttl, and
+// succeeds when a quorum confirmed within the new validity; later renewals
+// use ttl. ttl must lie within the Redlock's TTL bounds (else
+// dlock.ErrInvalidTTL, and nothing is sent). It fails with ErrNoQuorum when
+// too few nodes confirmed, and with dlock.ErrNotHeld when the lock has
+// ended or a majority of nodes no longer hold it (then its context ends).
+func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if err := l.r.cfg.bounds.Check(ttl); err != nil {
+		return opError("refresh", l.name, err)
+	}
+	return l.refresh(ctx, ttl.Truncate(time.Millisecond), true)
+}
+
+// refresh runs the refresh script on every node of the lock. setTTL makes
+// ttl the one later renewals ask for (a Refresh, not a renewal).
+func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) error {
+	l.mu.Lock()
+	st, fences := l.state, slices.Clone(l.fences)
+	l.mu.Unlock()
+	if st != held {
+		return opError("refresh", l.name, dlock.ErrNotHeld)
+	}
+	start := time.Now()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		ok, gone int
+		errs     []error
+	)
+	for i, f := range fences {
+		if f == 0 {
+			continue
+		}
+		wg.Go(func() {
+			// Straight to each node: the quorum's validity decides, not
+			// any node's own lease.
+			res, err := node.Refresh(l.keys, l.token, ttl).Run(ctx, l.r.nodes[i].rdb).Int64()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("node %d: %w", i, redisError(err)))
+			case res == 1:
+				ok++
+			default:
+				gone++
+			}
+		})
+	}
+	wg.Wait()
+	n := len(l.r.nodes)
+	if ok >= l.r.quorum && time.Since(start) < ttl-drift(ttl) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.state != held {
+			// Ended while the refresh was out: a late confirmation does
+			// not revive it.
+			return opError("refresh", l.name, fmt.Errorf("%w: %w", dlock.ErrNotHeld, context.Cause(l.ctx)))
+		}
+		if setTTL {
+			l.ttl = ttl
+		}
+		// Node leases are never shortened (a renewal and a Refresh that
+		// cross keep the longer), so the validity only moves forward.
+		if v := start.Add(ttl - drift(ttl)); v.After(l.valid) {
+			l.valid = v
+		}
+		return nil
+	}
+	if gone > n-l.r.quorum {
+		err := opError("refresh", l.name, fmt.Errorf("%w: gone on %d of %d nodes", dlock.ErrNotHeld, gone, n))
+		l.lose(dlock.ReasonTakenOver, fmt.Errorf("%w: %w", dlock.ErrLockLost, err))
+		return err
+	}
+	err := fmt.Errorf("%w: %d of %d nodes confirmed", ErrNoQuorum, ok, n)
+	if len(errs) > 0 {
+		err = fmt.Errorf("%w: %w", err, errors.Join(errs...))
+	}
+	return opError("refresh", l.name, err)
+}
+
+// Release releases the lock on every node that granted it and ends its
+// context (cause dlock.ErrReleased). It reports dlock.ErrNotHeld when it was
+// released before, or when fewer than a quorum of nodes released it (joined
+// with the nodes' errors, if any); the lock is over either way, and a node
+// that did not answer lets it expire with its TTL.
+//
+// Release runs on a context made from ctx as a Client's Release does:
+// bounded by the release timeout and, while it is live, by ctx, so a
+// deferred Release works after the request's context was cancelled.
+func (l *Lock) Release(ctx context.Context) error {
+	rctx, cancel := l.r.cleanupContext(ctx)
+	defer cancel()
+	return l.release(rctx, dlock.ErrReleased)
+}
+
+// release is Release on ctx as it is; cause ends the lock's context.
+func (l *Lock) release(ctx context.Context, cause error) error {
+	l.releaseMu.Lock()
+	defer l.releaseMu.Unlock()
+	// Renewal first: nothing may extend the lease once the lock is let go.
+	l.stopOnce.Do(func() { close(l.stop) })
+	<-l.done
+	l.mu.Lock()
+	if l.state == released {
+		l.mu.Unlock()
+		return opError("release", l.name, dlock.ErrNotHeld)
+	}
+	afterLoss := l.state == lost
+	// Released before the nodes are asked: a late grant that arrives now
+	// is given back, not joined.
+	l.state = released
+	fences := slices.Clone(l.fences)
+	l.mu.Unlock()
+
+	n, errs := l.releaseNodes(ctx, fences)
+	l.cancel(cause)
+	l.r.untrack(l)
+	e := dlock.ReleaseEvent{Name: l.name, Result: dlock.ResultOK, Held: time.Since(l.start), AfterLoss: afterLoss}
+	var err error
+	if n < l.r.quorum {
+		msg := fmt.Errorf("%w: released on %d of %d nodes", dlock.ErrNotHeld, n, len(l.r.nodes))
+		e.Result = dlock.ResultNotHeld
+		if len(errs) > 0 {
+			msg = fmt.Errorf("%w: %w", msg, errors.Join(errs...))
+			e.Result = dlock.ResultError
+		}
+		err = opError("release", l.name, msg)
+	}
+	e.Err = err
+	for _, o := range l.r.cfg.observers {
+		o.OnRelease(ctx, e)
+	}
+	return err
+}
+
+// releaseNodes runs the release script on every node in fences at once and
+// returns on how many the lock was released (now, or by an earlier send of
+// the same release) and the nodes' errors.
+func (l *Lock) releaseNodes(ctx context.Context, fences []int64) (int, []error) {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		n    int
+		errs []error
+	)
+	for i, f := range fences {
+		if f == 0 {
+			continue
+		}
+		wg.Go(func() {
+			res, err := node.Release(l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL,
+				Sharded: l.r.nodes[i].sharded, FenceLifetime: l.r.cfg.fenceLifetime}).Run(ctx, l.r.nodes[i].rdb).Int64()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("node %d: %w", i, redisError(err)))
+			case res == 1 || res == 2: // 2: released by an earlier send of this release
+				n++
+			}
+		})
+	}
+	wg.Wait()
+	return n, errs
+}
+
+// join takes in node i's grant that arrived after the verdict. It reports
+// false, and the caller gives the grant back, when the lock has ended or
+// its validity has run out.
+func (l *Lock) join(i int, fence int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held || !time.Now().Before(l.valid) {
+		return false
+	}
+	l.fences[i] = fence
+	return true
+}
+
+// lose marks a held lock lost, tells the observers and ends its context.
+func (l *Lock) lose(reason dlock.Reason, cause error) {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return
+	}
+	l.state = lost
+	l.mu.Unlock()
+	// Observers first: whoever wakes on the context finds the metrics and
+	// logs already telling of the loss.
+	for _, o := range l.r.cfg.observers {
+		o.OnLost(dlock.LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), Cause: cause})
+	}
+	l.cancel(cause)
+}
+
+// lease returns the TTL renewals ask for and the end of the validity.
+func (l *Lock) lease() (time.Duration, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl, l.valid
+}
+
+// watch is the lock's goroutine, owned by the Redlock: it ends the lock
+// when its validity runs out, and renews it at a third of its TTL.
+//
+// The validity is enforced by its own timer, never by waiting for a
+// renewal: a renewal runs on a goroutine of its own, so a node that does
+// not answer cannot keep the lock's context alive past the validity.
+func (l *Lock) watch() {
+	defer close(l.done)
+	ttl, valid := l.lease()
+	deadline := time.NewTimer(time.Until(valid))
+	defer deadline.Stop()
+	renew := time.NewTimer(ttl / 3)
+	defer renew.Stop()
+	renewC := renew.C
+	if !l.renew {
+		renew.Stop()
+		renewC = nil
+	}
+	results := make(chan error, 1)
+	// A renewal still out when the lock ends is cancelled.
+	renewals, stopRenewals := context.WithCancel(l.ctx)
+	defer stopRenewals()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-l.ctx.Done():
+			return // lost: a Refresh found it gone
+		case <-deadline.C:
+			_, valid := l.lease()
+			if left := time.Until(valid); left > 0 {
+				deadline.Reset(left) // a renewal or Refresh moved it
+				continue
+			}
+			cause := fmt.Errorf("%w: validity ran out (renewal off)", dlock.ErrLockLost)
+			if l.renew {
+				cause = fmt.Errorf("%w: %w: no renewal reached a quorum before the validity ran out", dlock.ErrLockLost, ErrNoQuorum)
+			}
+			l.lose(dlock.ReasonExpired, cause)
+			return
+		case <-renewC:
+			renewC = nil
+			ttl, valid := l.lease()
+			rctx, cancel := context.WithDeadline(renewals, valid)
+			if !l.r.start(func() {
+				defer cancel()
+				results <- l.refresh(rctx, ttl, false)
+			}) {
+				cancel() // Close has begun: it releases this lock
+			}
+		case err := <-results:
+			e := dlock.RenewEvent{Name: l.name, Result: dlock.ResultOK}
+			switch {
+			case errors.Is(err, dlock.ErrNotHeld):
+				e.Result, e.Err = dlock.ResultLost, err
+			case err != nil:
+				e.Result, e.Err = dlock.ResultError, err
+			}
+			for _, o := range l.r.cfg.observers {
+				o.OnRenew(e)
+			}
+			if e.Result == dlock.ResultLost {
+				return // refresh has ended the lock
+			}
+			ttl, valid := l.lease()
+			next := ttl / 3
+			if err != nil {
+				next = min(next, time.Until(valid))
+			}
+			renew.Reset(next)
+			renewC = renew.C
+		}
+	}
+}

@@ -1,0 +1,234 @@
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+)
+
+// ErrNoQuorum: fewer than a majority of the Redlock's nodes granted or
+// confirmed the lock, for a reason other than another holder (nodes down or
+// failing, or the attempt took longer than the lease).
+var ErrNoQuorum = errors.New("redlock: no quorum")
+
+// Redlock takes locks on a majority of independent Redis primaries (the
+// Redlock algorithm), so a lock survives the loss of a minority of them. It
+// is a dlock.Locker: code written against dlock.Locker and dlock.Lock runs
+// on it unchanged.
+//
+// It is a trade-off, not a cure: see the package documentation.
+type Redlock struct {
+	nodes  []nodeClient
+	quorum int
+	cfg    config
+
+	// closing ends, when Close is called, the waits under way, the
+	// attempts still out and the retries of giving grants back.
+	closing     context.Context
+	stopClosing context.CancelFunc
+
+	// mu guards closed and held, and orders wg.Add before Close's
+	// wg.Wait: no goroutine is started once closed is set.
+	mu     sync.Mutex
+	closed bool
+	held   map[*Lock]struct{} // locks not yet released, for Close
+	// wg counts every goroutine the Redlock starts: node attempts, the
+	// collection of their late replies, each lock's watch and renewals,
+	// and grants being given back. Close waits for it.
+	wg sync.WaitGroup
+}
+
+// nodeClient is one of the independent primaries.
+type nodeClient struct {
+	rdb redis.Scripter
+	// sharded: a Cluster client, whose releases tell a waiting Client of
+	// the same keys on a shard channel (SPUBLISH), as that Client listens.
+	sharded bool
+}
+
+var (
+	_ dlock.Locker = (*Redlock)(nil)
+	_ dlock.Lock   = (*Lock)(nil)
+)
+
+// New returns a Redlock over rdbs, each an independent Redis primary (not
+// replicas of each other, not one Cluster; a Cluster client counts as one
+// node). The quorum is len(rdbs)/2 + 1. Redlock never closes the clients.
+//
+// Invalid configuration is an error from New, never a panic or an error at
+// first use: an *dlock.Error of Op "new" matching dlock.ErrInvalidOption (no
+// clients, a nil client, the same client twice, a bad option) or
+// dlock.ErrInvalidTTL. Two different client values that reach the same
+// server cannot be told apart here: they would count twice towards the
+// quorum, so do not pass them.
+//
+// As for dlock.New, make the clients with ContextTimeoutEnabled, so that a
+// call on a node that stopped answering returns by its context's deadline.
+func New(rdbs []redis.UniversalClient, opts ...Option) (*Redlock, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if len(rdbs) == 0 {
+		cfg.fail(fmt.Errorf("%w: no Redis clients", dlock.ErrInvalidOption))
+	}
+	seen := map[any]int{}
+	for i, rdb := range rdbs {
+		if isNil(rdb) {
+			cfg.fail(fmt.Errorf("%w: Redis client %d is nil", dlock.ErrInvalidOption, i))
+			continue
+		}
+		if !reflect.TypeOf(rdb).Comparable() {
+			continue
+		}
+		if j, dup := seen[rdb]; dup {
+			cfg.fail(fmt.Errorf("%w: Redis clients %d and %d are the same: one node would count twice towards the quorum", dlock.ErrInvalidOption, j, i))
+		}
+		seen[rdb] = i
+	}
+	if err := cfg.bounds.Check(cfg.bounds.Default); err != nil {
+		cfg.fail(fmt.Errorf("%w (WithDefaultTTL)", err))
+	}
+	if cfg.err != nil {
+		return nil, &dlock.Error{Op: "new", Err: cfg.err}
+	}
+	r := &Redlock{quorum: len(rdbs)/2 + 1, cfg: cfg, held: map[*Lock]struct{}{}}
+	for _, rdb := range rdbs {
+		_, sharded := rdb.(*redis.ClusterClient)
+		r.nodes = append(r.nodes, nodeClient{rdb: rdb, sharded: sharded})
+	}
+	r.closing, r.stopClosing = context.WithCancel(context.Background())
+	return r, nil
+}
+
+// Do runs fn while holding the lock name: it acquires as Acquire does, then
+// runs fn under the lock with dlock.Run (fn's context ends when the lock is
+// lost and carries the lock for dlock.FromContext; the lock is released when
+// fn returns or panics; a loss while fn ran is reported as an error matching
+// dlock.ErrLockLost).
+func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...dlock.AcquireOption) error {
+	l, err := r.Acquire(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	return dlock.Run(ctx, l, fn)
+}
+
+// closedCause is the cause of the context of a lock released by Close.
+var closedCause = fmt.Errorf("%w by Close (%w)", dlock.ErrReleased, dlock.ErrClosed)
+
+// Close releases the locks the Redlock still holds, ends their contexts
+// (with a cause matching both dlock.ErrReleased and dlock.ErrClosed), ends
+// the waits under way (they fail with dlock.ErrClosed, as every acquisition
+// after Close does; a lock obtained while Close ran is released again), and
+// stops and waits for every goroutine the Redlock started: attempts still
+// out, renewals, grants being given back.
+//
+// The releases run on a context made as Release's: bounded by the release
+// timeout and, while it is live, by ctx. A lock that could not be released
+// on some node expires there with its TTL. The error joins the failed
+// releases. The wait for the goroutines is bounded by the release timeout
+// and by the lock TTLs, as long as go-redis keeps to context deadlines
+// (ContextTimeoutEnabled).
+func (r *Redlock) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	locks := make([]*Lock, 0, len(r.held))
+	for l := range r.held {
+		locks = append(locks, l)
+	}
+	r.mu.Unlock()
+	r.stopClosing()
+
+	rctx, cancel := r.cleanupContext(ctx)
+	defer cancel()
+	errs := make([]error, len(locks))
+	var wg sync.WaitGroup
+	for i, l := range locks {
+		wg.Go(func() {
+			if err := l.release(rctx, closedCause); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	r.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// start runs fn on a goroutine of the Redlock's, which Close waits for. It
+// reports false, and runs nothing, once Close has begun.
+func (r *Redlock) start(fn func()) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.wg.Go(fn)
+	return true
+}
+
+// track records a new lock for Close, and reports false once Close has
+// begun: the caller releases the lock again.
+func (r *Redlock) track(l *Lock) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.held[l] = struct{}{}
+	r.wg.Go(l.watch)
+	return true
+}
+
+func (r *Redlock) untrack(l *Lock) {
+	r.mu.Lock()
+	delete(r.held, l)
+	r.mu.Unlock()
+}
+
+func (r *Redlock) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// cleanupContext is the context of a release (Release, Close), by the
+// core's rule: ctx's values, the release timeout, and ctx's deadline and
+// cancellation while ctx is live. A ctx that has already ended gives no
+// bound: a deferred release at the end of a cancelled request must still
+// run.
+func (r *Redlock) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	return context.WithTimeout(ctx, r.cfg.releaseTimeout)
+}
+
+// isNil reports whether rdb is nil or a nil pointer in the interface.
+func isNil(rdb redis.UniversalClient) bool {
+	if rdb == nil {
+		return true
+	}
+	v := reflect.ValueOf(rdb)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
+
+// newToken returns 128 random bits, hex encoded, like the core's tokens.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
