@@ -282,7 +282,7 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 	if l != nil {
 		if !r.track(l) {
 			close(l.done) // no watch goroutine was started
-			_ = l.release(context.WithoutCancel(ctx), closedCause)
+			_ = l.release(context.WithoutCancel(ctx), errClosedRelease)
 			return nil, 0, opError("acquire", name, dlock.ErrClosed)
 		}
 		return l, 0, nil

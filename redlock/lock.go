@@ -120,24 +120,38 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := l.r.cfg.bounds.Check(ttl); err != nil {
 		return opError("refresh", l.name, err)
 	}
-	return l.refresh(ctx, ttl.Truncate(time.Millisecond), true)
+	out, err := l.refresh(ctx, ttl.Truncate(time.Millisecond), true)
+	if out == gone {
+		l.lose(dlock.ReasonTakenOver, fmt.Errorf("%w: %w", dlock.ErrLockLost, err))
+	}
+	return err
 }
+
+// outcome is what a refresh found.
+type outcome int
+
+const (
+	extended outcome = iota // a quorum confirmed in time
+	gone                    // a majority of nodes no longer hold the lock
+	failed                  // neither: too few answers, or too late
+	ended                   // the lock had ended already
+)
 
 // refresh runs the refresh script on every node of the lock. setTTL makes
 // ttl the one later renewals ask for (a Refresh, not a renewal).
-func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) error {
+func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (outcome, error) {
 	l.mu.Lock()
 	st, fences := l.state, slices.Clone(l.fences)
 	l.mu.Unlock()
 	if st != held {
-		return opError("refresh", l.name, dlock.ErrNotHeld)
+		return ended, opError("refresh", l.name, dlock.ErrNotHeld)
 	}
 	start := time.Now()
 	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		ok, gone int
-		errs     []error
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		ok, lacks int
+		errs      []error
 	)
 	for i, f := range fences {
 		if f == 0 {
@@ -155,7 +169,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) erro
 			case res == 1:
 				ok++
 			default:
-				gone++
+				lacks++
 			}
 		})
 	}
@@ -167,7 +181,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) erro
 		if l.state != held {
 			// Ended while the refresh was out: a late confirmation does
 			// not revive it.
-			return opError("refresh", l.name, fmt.Errorf("%w: %w", dlock.ErrNotHeld, context.Cause(l.ctx)))
+			return ended, opError("refresh", l.name, fmt.Errorf("%w: %w", dlock.ErrNotHeld, context.Cause(l.ctx)))
 		}
 		if setTTL {
 			l.ttl = ttl
@@ -177,18 +191,40 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) erro
 		if v := start.Add(ttl - drift(ttl)); v.After(l.valid) {
 			l.valid = v
 		}
-		return nil
+		return extended, nil
 	}
-	if gone > n-l.r.quorum {
-		err := opError("refresh", l.name, fmt.Errorf("%w: gone on %d of %d nodes", dlock.ErrNotHeld, gone, n))
-		l.lose(dlock.ReasonTakenOver, fmt.Errorf("%w: %w", dlock.ErrLockLost, err))
-		return err
+	if lacks > n-l.r.quorum {
+		return gone, opError("refresh", l.name, fmt.Errorf("%w: gone on %d of %d nodes", dlock.ErrNotHeld, lacks, n))
 	}
 	err := fmt.Errorf("%w: %d of %d nodes confirmed", ErrNoQuorum, ok, n)
 	if len(errs) > 0 {
 		err = fmt.Errorf("%w: %w", err, errors.Join(errs...))
 	}
-	return opError("refresh", l.name, err)
+	return failed, opError("refresh", l.name, err)
+}
+
+// renewOnce is one background renewal, on a goroutine of its own: it tells
+// the observers, then ends the lock if a majority of nodes lost it.
+func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
+	out, err := l.refresh(ctx, ttl, false)
+	e := dlock.RenewEvent{Name: l.name}
+	switch out {
+	case extended:
+		e.Result = dlock.ResultOK
+	case gone:
+		e.Result = dlock.ResultLost
+	case failed:
+		e.Result, e.Err = dlock.ResultError, err
+	case ended:
+		return err // lost or released meanwhile: no renewal was sent
+	}
+	for _, o := range l.r.cfg.observers {
+		o.OnRenew(e)
+	}
+	if out == gone {
+		l.lose(dlock.ReasonTakenOver, fmt.Errorf("%w: renewal found the lock gone or taken over: %w", dlock.ErrLockLost, err))
+	}
+	return err
 }
 
 // Release releases the lock on every node that granted it and ends its
@@ -360,23 +396,13 @@ func (l *Lock) watch() {
 			rctx, cancel := context.WithDeadline(renewals, valid)
 			if !l.r.start(func() {
 				defer cancel()
-				results <- l.refresh(rctx, ttl, false)
+				results <- l.renewOnce(rctx, ttl)
 			}) {
 				cancel() // Close has begun: it releases this lock
 			}
 		case err := <-results:
-			e := dlock.RenewEvent{Name: l.name, Result: dlock.ResultOK}
-			switch {
-			case errors.Is(err, dlock.ErrNotHeld):
-				e.Result, e.Err = dlock.ResultLost, err
-			case err != nil:
-				e.Result, e.Err = dlock.ResultError, err
-			}
-			for _, o := range l.r.cfg.observers {
-				o.OnRenew(e)
-			}
-			if e.Result == dlock.ResultLost {
-				return // refresh has ended the lock
+			if errors.Is(err, dlock.ErrNotHeld) {
+				return // renewOnce has ended the lock, or it ended meanwhile
 			}
 			ttl, valid := l.lease()
 			next := ttl / 3

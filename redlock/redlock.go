@@ -122,8 +122,8 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	return dlock.Run(ctx, l, fn)
 }
 
-// closedCause is the cause of the context of a lock released by Close.
-var closedCause = fmt.Errorf("%w by Close (%w)", dlock.ErrReleased, dlock.ErrClosed)
+// errClosedRelease is the cause of the context of a lock released by Close.
+var errClosedRelease = fmt.Errorf("%w by Close (%w)", dlock.ErrReleased, dlock.ErrClosed)
 
 // Close releases the locks the Redlock still holds, ends their contexts
 // (with a cause matching both dlock.ErrReleased and dlock.ErrClosed), ends
@@ -154,7 +154,7 @@ func (r *Redlock) Close(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, l := range locks {
 		wg.Go(func() {
-			if err := l.release(rctx, closedCause); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+			if err := l.release(rctx, errClosedRelease); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
 				errs[i] = err
 			}
 		})

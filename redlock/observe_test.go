@@ -1,0 +1,141 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// TestObserverEvents: the observers of a Redlock get one event per
+// acquisition, renewal, loss and release of its locks, with the typed
+// results a Client reports.
+func TestObserverEvents(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	obs := &recorder{}
+	r := newRedlock(t, rdbs, redlock.WithObserver(obs), redlock.WithObserver(nil))
+	other := newRedlock(t, rdbs)
+
+	l, err := r.Acquire(bg, "obs", dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := obs.lastAcquire(t); e.Name != "obs" || e.Result != dlock.ResultAcquired || e.Fence != l.Fence() || e.Err != nil || e.Wait <= 0 {
+		t.Fatalf("acquire event %+v, lock fence %d", e, l.Fence())
+	}
+	if _, err := r.TryAcquire(bg, "obs"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("busy: %v", err)
+	}
+	if e := obs.lastAcquire(t); e.Result != dlock.ResultBusy || !errors.Is(e.Err, dlock.ErrNotObtained) {
+		t.Fatalf("busy event %+v", e)
+	}
+	if _, err := r.TryAcquire(bg, ""); !errors.Is(err, dlock.ErrInvalidName) {
+		t.Fatalf("empty name: %v", err)
+	}
+	if e := obs.lastAcquire(t); e.Result != dlock.ResultError {
+		t.Fatalf("invalid name event %+v", e)
+	}
+
+	// Renewed at a third of the TTL.
+	waitFor(t, "two renewals", func() bool { _, n, _, _ := obs.counts(); return n >= 2 })
+	obs.mu.Lock()
+	for _, e := range obs.renews {
+		if e.Name != "obs" || e.Result != dlock.ResultOK || e.Err != nil {
+			t.Errorf("renew event %+v", e)
+		}
+	}
+	obs.mu.Unlock()
+
+	if err := l.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(bg); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatal(err)
+	}
+	obs.mu.Lock()
+	if len(obs.releases) != 1 || obs.releases[0].Result != dlock.ResultOK || obs.releases[0].Held <= 0 || obs.releases[0].AfterLoss {
+		t.Errorf("release events %+v, want one ok", obs.releases)
+	}
+	obs.mu.Unlock()
+	if _, _, losts, _ := obs.counts(); losts != 0 {
+		t.Fatalf("%d lost events for a released lock", losts)
+	}
+
+	t.Run("taken over", func(t *testing.T) {
+		l, err := r.Acquire(bg, "taken", dlock.WithTTL(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "all nodes in the lock", func() bool { return exists(rdbs, "dlock:{taken}") == 3 })
+		// Another holder on a majority: the next renewal finds it gone.
+		for _, rdb := range rdbs[:2] {
+			rdb.Del(bg, "dlock:{taken}")
+		}
+		o, err := other.TryAcquire(bg, "taken", dlock.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatalf("the other holder: %v", err)
+		}
+		defer o.Release(bg)
+		select {
+		case <-l.Context().Done():
+		case <-time.After(2 * time.Second):
+			t.Fatal("the lock's context lives on 2s after a majority lost it")
+		}
+		if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) || !errors.Is(cause, dlock.ErrNotHeld) {
+			t.Fatalf("cause %v", cause)
+		}
+		obs.mu.Lock()
+		losts, lastRenew := obs.losts, obs.renews[len(obs.renews)-1]
+		obs.mu.Unlock()
+		if len(losts) != 1 || losts[0].Name != "taken" || losts[0].Reason != dlock.ReasonTakenOver || losts[0].Held <= 0 ||
+			!errors.Is(losts[0].Cause, dlock.ErrLockLost) {
+			t.Fatalf("lost events %+v, want one taken over", losts)
+		}
+		if lastRenew.Name != "taken" || lastRenew.Result != dlock.ResultLost {
+			t.Fatalf("last renew event %+v, want lost", lastRenew)
+		}
+		// Release after the loss: the third node still had it.
+		if err := l.Release(bg); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("release after the loss: %v", err)
+		}
+		obs.mu.Lock()
+		e := obs.releases[len(obs.releases)-1]
+		obs.mu.Unlock()
+		if e.Name != "taken" || e.Result != dlock.ResultNotHeld || !e.AfterLoss || !errors.Is(e.Err, dlock.ErrNotHeld) {
+			t.Fatalf("release event %+v, want not held after loss", e)
+		}
+		if n := exists(rdbs[2:], "dlock:{taken}"); n != 0 {
+			t.Fatal("release after the loss left the lock on the node that still had it")
+		}
+	})
+
+	t.Run("expired", func(t *testing.T) {
+		start := time.Now()
+		l, err := r.TryAcquire(bg, "fixed", dlock.WithTTL(200*time.Millisecond), dlock.WithoutRenewal())
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Context().Done():
+		case <-time.After(2 * time.Second):
+			t.Fatal("context of a lock without renewal lives on 2s after its 200ms TTL")
+		}
+		// Ended before the lease could run out on a node, never after.
+		if d := time.Since(start); d > 200*time.Millisecond+50*time.Millisecond {
+			t.Logf("ended %v after the acquisition began (TTL 200ms): late by scheduling?", d)
+		}
+		if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) {
+			t.Fatalf("cause %v", cause)
+		}
+		obs.mu.Lock()
+		e := obs.losts[len(obs.losts)-1]
+		obs.mu.Unlock()
+		if e.Name != "fixed" || e.Reason != dlock.ReasonExpired {
+			t.Fatalf("lost event %+v, want expired", e)
+		}
+		_ = l.Release(bg)
+	})
+}

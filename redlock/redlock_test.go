@@ -1,0 +1,166 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+func TestToleratesMinorityDown(t *testing.T) {
+	srvs, rdbs := startNodes(t, 5)
+	r := newRedlock(t, rdbs)
+	srvs[4].Kill()
+	l, err := r.TryAcquire(bg, "rl", dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatalf("1 of 5 nodes down: %v", err)
+	}
+	m := asLock(t, l)
+	granted := func() int {
+		n := 0
+		for _, f := range m.Fences() {
+			if f > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	// A quorum at once; the fourth live node joins when its answer comes.
+	waitFor(t, "4 live nodes in the lock", func() bool { return granted() == 4 })
+	if fences := m.Fences(); fences[4] != 0 || m.Fence() != slices.Max(fences) || m.Fence() <= 0 {
+		t.Fatalf("fences %v, fence %d", fences, m.Fence())
+	}
+	time.Sleep(time.Second) // renewed on the live nodes past three TTLs
+	if left, err := m.TTL(bg); err != nil || left <= 0 || m.Context().Err() != nil {
+		t.Fatalf("renewed Redlock lock: %v, %v, %v", left, err, context.Cause(m.Context()))
+	}
+	if err := m.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	if n := exists(rdbs[:4], "dlock:{rl}"); n != 0 {
+		t.Fatalf("%d live nodes still hold the lock after Release", n)
+	}
+	if err := m.Release(bg); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("second Release: %v", err)
+	}
+	if cause := context.Cause(m.Context()); !errors.Is(cause, dlock.ErrReleased) {
+		t.Fatalf("cause %v", cause)
+	}
+	if _, err := m.TTL(bg); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("TTL after Release: %v", err)
+	}
+}
+
+func TestFailsFastWithoutQuorum(t *testing.T) {
+	srvs, rdbs := startNodes(t, 5)
+	r := newRedlock(t, rdbs)
+	for _, s := range srvs[:3] {
+		s.Kill()
+	}
+	start := time.Now()
+	l, err := r.Acquire(bg, "rl", dlock.WithWait(10*time.Second))
+	if !errors.Is(err, redlock.ErrNoQuorum) || l != nil {
+		t.Fatalf("3 of 5 down: %v, %v; want ErrNoQuorum and no lock", l, err)
+	}
+	var derr *dlock.Error
+	if !errors.As(err, &derr) || derr.Op != "acquire" || derr.Name != "rl" {
+		t.Fatalf("error %#v, want a *dlock.Error of op acquire on rl", err)
+	}
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("nodes refusing connections: %v does not match ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("took %v to see that no quorum is possible; the wait limit was 10s", d)
+	}
+	if n := exists(rdbs[3:], "dlock:{rl}"); n != 0 {
+		t.Fatalf("%d live nodes keep a lock of a failed acquisition", n)
+	}
+}
+
+func TestNodeRestartedEmpty(t *testing.T) {
+	srvs, rdbs := startNodes(t, 3)
+	r := newRedlock(t, rdbs)
+	l, err := r.TryAcquire(bg, "rl", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := asLock(t, l)
+	waitFor(t, "all 3 nodes in the lock", func() bool { return !slices.Contains(a.Fences(), 0) })
+	if err := srvs[0].Restart(bg); err != nil {
+		t.Fatal(err)
+	}
+	other := newRedlock(t, rdbs)
+	if _, err := other.TryAcquire(bg, "rl"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("second holder while the quorum holds: %v", err)
+	}
+	// The attempt on the restarted node may answer after the verdict: its
+	// grant is then given back in the background.
+	waitFor(t, "the failed attempt's lock on the restarted node to be released", func() bool {
+		return rdbs[0].Exists(bg, "dlock:{rl}").Val() == 0
+	})
+	if err := a.Release(bg); err != nil {
+		t.Fatalf("first holder's release (2 of 3 nodes): %v", err)
+	}
+}
+
+// TestRefusesMaxHoldAndReplicas: a Lock has no hold limit, and WAIT on
+// independent primaries means nothing; both are refused instead of being
+// accepted and ignored.
+func TestRefusesMaxHoldAndReplicas(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	r := newRedlock(t, rdbs)
+	for _, tc := range []struct {
+		name string
+		opt  dlock.AcquireOption
+	}{
+		{"WithMaxHold", dlock.WithMaxHold(400 * time.Millisecond)},
+		{"WithReplicas", dlock.WithReplicas(1, 100*time.Millisecond)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, acquire := range []func(context.Context, string, ...dlock.AcquireOption) (dlock.Lock, error){r.Acquire, r.TryAcquire} {
+				l, err := acquire(bg, "rlopt", dlock.WithTTL(300*time.Millisecond), tc.opt)
+				if err == nil {
+					_ = l.Release(bg)
+					t.Fatalf("Redlock accepted %s, which it cannot keep", tc.name)
+				}
+				if !errors.Is(err, dlock.ErrInvalidOption) || l != nil {
+					t.Fatalf("%s: %v, %v; want ErrInvalidOption and no lock", tc.name, l, err)
+				}
+			}
+			if n := exists(rdbs, "dlock:{rlopt}"); n != 0 {
+				t.Fatalf("a refused acquisition wrote to %d nodes", n)
+			}
+		})
+	}
+}
+
+// TestKeysAreTheCores: a Redlock's lock is the core's lock on each node, so
+// a dlock.Client on one node sees it busy, and the prefix option applies.
+func TestKeysAreTheCores(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	r := newRedlock(t, rdbs, redlock.WithPrefix("app:"), redlock.WithOwner("redlock-test"))
+	l, err := r.TryAcquire(bg, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(bg)
+	waitFor(t, "all nodes in the lock", func() bool { return exists(rdbs, "app:{shared}") == 3 })
+	for i, rdb := range rdbs {
+		h := rdb.HGetAll(bg, "app:{shared}").Val()
+		if h["token"] != l.Token() || h["owner"] != "redlock-test" || h["fence"] == "" {
+			t.Fatalf("node %d holds %v", i, h)
+		}
+	}
+	c, err := dlock.New(rdbs[0], dlock.WithPrefix("app:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(bg)
+	if _, err := c.TryAcquire(bg, "shared"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("a Client on node 0 while the Redlock holds the lock: %v", err)
+	}
+}
