@@ -289,6 +289,8 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 	}
 	r.withdrawAll(ctx, k, token, fences, s.TTL)
 	switch {
+	case r.closing.Err() != nil:
+		return nil, holder, opError("acquire", name, dlock.ErrClosed) // Close cancelled the attempts
 	case ctxErr != nil:
 		return nil, holder, opError("acquire", name, ctxErr)
 	case busy > 0 && got+busy >= r.quorum:

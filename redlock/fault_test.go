@@ -1,0 +1,140 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultproxy"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// TestLostReplyGivenBack: a node that ran the acquire script but whose
+// reply was lost holds a grant nobody heard of; it is given back by token
+// in the background, not left to block others for the whole TTL.
+func TestLostReplyGivenBack(t *testing.T) {
+	srvs, rdbs := startNodes(t, 3)
+	proxy, err := faultproxy.New(srvs[2].Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	// Node 2 through the proxy: its replies will be dropped. A short read
+	// timeout stands for the network error that tells the client so.
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
+		ReadTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = cut.Close() })
+	_ = cut.Ping(bg).Err()
+	r := newRedlock(t, []redis.UniversalClient{rdbs[0], rdbs[1], cut}, redlock.WithReleaseTimeout(300*time.Millisecond))
+
+	// Node 0 busy: no verdict without node 2's answer.
+	other, err := dlock.New(rdbs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(bg)
+	held, err := other.TryAcquire(bg, "lost", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(bg)
+
+	// Scripts loaded on every node first: else node 2 would answer
+	// NOSCRIPT, and that reply would be lost too.
+	warm, err := r.TryAcquire(bg, "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node 2 in the lock", func() bool { return asLock(t, warm).Fences()[2] != 0 })
+	if err := warm.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.BlackholeDownstream()
+	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = r.TryAcquire(ctx, "lost", dlock.WithTTL(10*time.Second))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("no verdict before ctx's deadline: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("TryAcquire returned %v after ctx's deadline of 200ms", d)
+	}
+	// Node 1's grant is given back before TryAcquire returns.
+	if n := rdbs[1].Exists(bg, "dlock:{lost}").Val(); n != 0 {
+		t.Fatal("node 1 keeps the grant of a failed attempt")
+	}
+	// Node 2 granted (its fence counter moved) though nobody heard of it.
+	if rdbs[2].Exists(bg, "dlock:{lost}:fence").Val() == 0 {
+		t.Fatal("node 2 never ran the acquire script: the test proves nothing")
+	}
+	// Once the network heals (while it is cut, no new connection gets
+	// through its handshake), the grant is given back, long before its
+	// 10s TTL.
+	time.Sleep(500 * time.Millisecond)
+	if rdbs[2].Exists(bg, "dlock:{lost}").Val() == 0 {
+		t.Fatal("node 2's grant vanished while its replies were cut: the test proves nothing")
+	}
+	proxy.Pass()
+	waitFor(t, "node 2's unheard grant to be given back", func() bool {
+		return rdbs[2].Exists(bg, "dlock:{lost}").Val() == 0
+	})
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("given back after %v", d)
+	}
+}
+
+// TestContextEndsAtValidityWhenNodesHang: when renewals cannot reach a
+// quorum, the lock's context ends when the validity runs out, before the
+// lease can run out on any node, even if a renewal is stuck on nodes that
+// stopped answering (clients without ContextTimeoutEnabled wait for their
+// ReadTimeout, far past the validity).
+func TestContextEndsAtValidityWhenNodesHang(t *testing.T) {
+	servers, _ := startNodes(t, 3)
+	rdbs := make([]redis.UniversalClient, 3)
+	for i, s := range servers {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, ReadTimeout: 2 * time.Second})
+		t.Cleanup(func() { _ = rdb.Close() })
+		_ = rdb.Ping(bg).Err()
+		rdbs[i] = rdb
+	}
+	obs := &recorder{}
+	r := newRedlock(t, rdbs, redlock.WithObserver(obs))
+	const ttl = 600 * time.Millisecond
+	start := time.Now()
+	l, err := r.TryAcquire(bg, "hang", dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers[1:] {
+		s.Pause()
+	}
+	defer func() {
+		for _, s := range servers[1:] {
+			s.Resume()
+		}
+	}()
+	select {
+	case <-l.Context().Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("context alive 3s after a majority of nodes hung, with a TTL of 600ms")
+	}
+	// The validity ends at start + TTL - drift; 100ms for scheduling.
+	if d := time.Since(start); d > ttl+100*time.Millisecond {
+		t.Fatalf("context ended %v after the acquisition began, past the %v lease", d, ttl)
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) || !errors.Is(cause, redlock.ErrNoQuorum) {
+		t.Fatalf("cause %v, want ErrLockLost and ErrNoQuorum", cause)
+	}
+	obs.mu.Lock()
+	losts := obs.losts
+	obs.mu.Unlock()
+	if len(losts) != 1 || losts[0].Reason != dlock.ReasonExpired {
+		t.Fatalf("lost events %+v, want one expired", losts)
+	}
+}
