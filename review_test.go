@@ -157,18 +157,3 @@ func TestMaxHoldBelowTTL(t *testing.T) {
 		t.Fatalf("WithMaxHold(200ms): context still alive after 1s, Redis lease %v", rdb.PTTL(bg, "dlock:{shorthold}").Val())
 	}
 }
-
-// TestRedlockRefusesMaxHold: a MultiLock has no hold limit yet; WithMaxHold
-// is refused instead of being accepted and ignored.
-func TestRedlockRefusesMaxHold(t *testing.T) {
-	_, rdbs := startNodes(t, 3)
-	r := newRedlock(t, rdbs)
-	m, err := r.TryAcquire(bg, "rlhold", dlock.WithTTL(300*time.Millisecond), dlock.WithMaxHold(400*time.Millisecond))
-	if err == nil {
-		_ = m.Release(bg)
-		t.Fatal("Redlock accepted WithMaxHold, which it cannot keep")
-	}
-	if !errors.Is(err, dlock.ErrInvalidOption) {
-		t.Fatalf("Redlock with WithMaxHold: %v, want ErrInvalidOption", err)
-	}
-}
