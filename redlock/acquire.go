@@ -207,6 +207,9 @@ type reply struct {
 // time the attempt took and the drift), else an error, and the longest
 // lease the busy nodes reported.
 func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings) (*Lock, time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, opError("acquire", name, err) // nothing sent
+	}
 	k := node.KeysOf(r.cfg.prefix, name)
 	token := newToken()
 	start := time.Now()

@@ -194,7 +194,13 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 		return extended, nil
 	}
 	if lacks > n-l.r.quorum {
-		return gone, opError("refresh", l.name, fmt.Errorf("%w: gone on %d of %d nodes", dlock.ErrNotHeld, lacks, n))
+		err := opError("refresh", l.name, fmt.Errorf("%w: gone on %d of %d nodes", dlock.ErrNotHeld, lacks, n))
+		if l.ended() {
+			// Our own Release, run meanwhile on another connection, is
+			// what the nodes saw: not a loss.
+			return ended, err
+		}
+		return gone, err
 	}
 	err := fmt.Errorf("%w: %d of %d nodes confirmed", ErrNoQuorum, ok, n)
 	if len(errs) > 0 {
@@ -341,6 +347,13 @@ func (l *Lock) lose(reason dlock.Reason, cause error) {
 		o.OnLost(dlock.LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), Cause: cause})
 	}
 	l.cancel(cause)
+}
+
+// ended reports whether the lock was released or lost.
+func (l *Lock) ended() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state != held
 }
 
 // lease returns the TTL renewals ask for and the end of the validity.
