@@ -76,9 +76,11 @@ func TestFailsFastWithoutQuorum(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("took %v to see that no quorum is possible; the wait limit was 10s", d)
 	}
-	if n := exists(rdbs[3:], "dlock:{rl}"); n != 0 {
-		t.Fatalf("%d live nodes keep a lock of a failed acquisition", n)
-	}
+	// Grants that came before the verdict are given back before Acquire
+	// returns, later ones in the background.
+	waitFor(t, "the live nodes to give back the failed acquisition's grants", func() bool {
+		return exists(rdbs[3:], "dlock:{rl}") == 0
+	})
 }
 
 func TestNodeRestartedEmpty(t *testing.T) {
