@@ -202,6 +202,50 @@ type reply struct {
 	err error
 }
 
+// tally counts the replies of one attempt until the verdict.
+type tally struct {
+	nodes, quorum     int
+	fences            []int64 // per node, 0 where not granted
+	got, busy, failed int     // busy replies count as failed too
+	holder            time.Duration
+	errs              []error
+}
+
+func (t *tally) add(rep reply) {
+	switch {
+	case rep.err != nil:
+		t.failed++
+		t.errs = append(t.errs, fmt.Errorf("node %d: %w", rep.i, rep.err))
+	case rep.g.OK:
+		t.got++
+		t.fences[rep.i] = rep.g.Fence
+	default:
+		t.busy++
+		t.failed++
+		t.holder = longerHolder(t.holder, rep.g.HolderTTL)
+	}
+}
+
+// decided: a quorum granted, or can no longer grant. Waiting for slow nodes
+// once a quorum granted would only eat the validity; once a quorum is out
+// of reach, it is for nothing.
+func (t *tally) decided() bool { return t.got >= t.quorum || t.failed > t.nodes-t.quorum }
+
+// failure is the error of an attempt without a quorum: busy when the nodes
+// that did not grant were busy enough to explain it, else ErrNoQuorum with
+// the nodes' errors.
+func (t *tally) failure(name string, left time.Duration) error {
+	if t.busy > 0 && t.got+t.busy >= t.quorum {
+		return opError("acquire", name, &dlock.NotObtainedError{Name: name, HolderTTL: t.holder})
+	}
+	err := fmt.Errorf("%w: %d of %d nodes granted the lock, %d needed (validity left %v)",
+		ErrNoQuorum, t.got, t.nodes, t.quorum, left.Round(time.Millisecond))
+	if len(t.errs) > 0 {
+		err = fmt.Errorf("%w: %w", err, errors.Join(t.errs...))
+	}
+	return opError("acquire", name, err)
+}
+
 // try makes one attempt on every node at once, with one token. It returns
 // the lock if a quorum granted it within the validity (the TTL less the
 // time the attempt took and the drift), else an error, and the longest
@@ -229,40 +273,22 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 		}
 	}
 
-	fences := make([]int64, len(r.nodes))
-	var (
-		got, busy, failed int
-		holder            time.Duration
-		errs              []error
-		ctxErr            error
-	)
+	t := tally{nodes: len(r.nodes), quorum: r.quorum, fences: make([]int64, len(r.nodes))}
 	pending := len(r.nodes)
-	// Waiting for slow nodes once a quorum granted would only eat the
-	// validity; once a quorum is out of reach, it is for nothing.
-	for pending > 0 && got < r.quorum && failed <= len(r.nodes)-r.quorum && ctxErr == nil {
+	var ctxErr error
+	for pending > 0 && !t.decided() && ctxErr == nil {
 		select {
 		case rep := <-replies:
 			pending--
-			switch {
-			case rep.err != nil:
-				failed++
-				errs = append(errs, fmt.Errorf("node %d: %w", rep.i, rep.err))
-			case rep.g.OK:
-				got++
-				fences[rep.i] = rep.g.Fence
-			default:
-				busy++
-				failed++
-				holder = longerHolder(holder, rep.g.HolderTTL)
-			}
+			t.add(rep)
 		case <-ctx.Done():
 			ctxErr = ctx.Err()
 		}
 	}
 	left := time.Until(valid)
 	var l *Lock
-	if ctxErr == nil && got >= r.quorum && left > 0 {
-		l = r.newLock(ctx, name, k, token, s, start, valid, fences)
+	if ctxErr == nil && t.got >= r.quorum && left > 0 {
+		l = r.newLock(ctx, name, k, token, s, start, valid, t.fences)
 	} else {
 		cancel() // the attempts still out are of no use now
 	}
@@ -284,27 +310,23 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 
 	if l != nil {
 		if !r.track(l) {
+			// Close has begun: it cannot know of this lock.
 			close(l.done) // no watch goroutine was started
-			_ = l.release(context.WithoutCancel(ctx), errClosedRelease)
+			rctx, cancel := r.cleanupContext(ctx)
+			defer cancel()
+			_ = l.release(rctx, errClosedRelease)
 			return nil, 0, opError("acquire", name, dlock.ErrClosed)
 		}
 		return l, 0, nil
 	}
-	r.withdrawAll(ctx, k, token, fences, s.TTL)
+	r.withdrawAll(ctx, k, token, t.fences, s.TTL)
 	switch {
 	case r.closing.Err() != nil:
-		return nil, holder, opError("acquire", name, dlock.ErrClosed) // Close cancelled the attempts
+		return nil, t.holder, opError("acquire", name, dlock.ErrClosed) // Close cancelled the attempts
 	case ctxErr != nil:
-		return nil, holder, opError("acquire", name, ctxErr)
-	case busy > 0 && got+busy >= r.quorum:
-		return nil, holder, opError("acquire", name, &dlock.NotObtainedError{Name: name, HolderTTL: holder})
+		return nil, t.holder, opError("acquire", name, ctxErr)
 	}
-	err := fmt.Errorf("%w: %d of %d nodes granted the lock, %d needed (validity left %v)",
-		ErrNoQuorum, got, len(r.nodes), r.quorum, left.Round(time.Millisecond))
-	if len(errs) > 0 {
-		err = fmt.Errorf("%w: %w", err, errors.Join(errs...))
-	}
-	return nil, holder, opError("acquire", name, err)
+	return nil, t.holder, t.failure(name, left)
 }
 
 // longerHolder keeps the longest lease busy nodes reported, in ms: -1, a
