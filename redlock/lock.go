@@ -35,7 +35,11 @@ type Lock struct {
 	stopOnce sync.Once
 	done     chan struct{} // closed when the watch goroutine has returned
 
-	releaseMu sync.Mutex // one release at a time
+	// releaseMu makes releases (Release, Close) run one at a time, over
+	// their round trips; mu guards the fields below and is never held over
+	// one. Order: releaseMu, then mu; the Redlock's mu is never taken with
+	// mu held, nor mu with it.
+	releaseMu sync.Mutex
 
 	mu     sync.Mutex
 	state  state
