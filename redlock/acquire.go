@@ -161,11 +161,10 @@ func (r *Redlock) gaveUp(ctx context.Context, name string, holder time.Duration)
 	if r.isClosed() {
 		return nil, false, opError("acquire", name, dlock.ErrClosed)
 	}
-	busy := &dlock.NotObtainedError{Name: name, HolderTTL: holder}
 	if err := ctx.Err(); err != nil {
-		return nil, false, opError("acquire", name, fmt.Errorf("%w: %w", busy, err))
+		return nil, false, opError("acquire", name, dlock.NewNotObtainedError(name, holder, err))
 	}
-	return nil, true, opError("acquire", name, busy)
+	return nil, true, opError("acquire", name, dlock.NewNotObtainedError(name, holder, nil))
 }
 
 // Bounds of the pause between busy attempts: see Acquire.
@@ -236,7 +235,7 @@ func (t *tally) decided() bool { return t.got >= t.quorum || t.failed > t.nodes-
 // the nodes' errors.
 func (t *tally) failure(name string, left time.Duration) error {
 	if t.busy > 0 && t.got+t.busy >= t.quorum {
-		return opError("acquire", name, &dlock.NotObtainedError{Name: name, HolderTTL: t.holder})
+		return opError("acquire", name, dlock.NewNotObtainedError(name, t.holder, nil))
 	}
 	err := fmt.Errorf("%w: %d of %d nodes granted the lock, %d needed (validity left %v)",
 		ErrNoQuorum, t.got, t.nodes, t.quorum, left.Round(time.Millisecond))

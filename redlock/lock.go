@@ -61,8 +61,10 @@ func (r *Redlock) newLock(ctx context.Context, name string, k node.Keys, token s
 	l := &Lock{r: r, name: name, keys: k, token: token, start: start, renew: s.Renew,
 		stop: make(chan struct{}), done: make(chan struct{}), fences: fences, valid: valid, ttl: s.TTL}
 	// The caller's values (trace ids), not its cancellation: the lock lives
-	// until it is released or lost.
-	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	// until it is released or lost. It carries the lock itself, so that
+	// dlock.FromContext on it finds this lock, not one the acquirer's
+	// context held.
+	l.ctx, l.cancel = context.WithCancelCause(dlock.NewContext(context.WithoutCancel(ctx), l))
 	return l
 }
 
@@ -239,13 +241,16 @@ func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
 
 // Release releases the lock on every node that granted it and ends its
 // context (cause dlock.ErrReleased). It reports dlock.ErrNotHeld when it was
-// released before, or when fewer than a quorum of nodes released it (joined
-// with the nodes' errors, if any); the lock is over either way, and a node
-// that did not answer lets it expire with its TTL.
+// released before, when its context had already ended with a loss (the
+// nodes that still had it are freed all the same), or when fewer than a
+// quorum of nodes released it (joined with the nodes' errors, if any); the
+// lock is over either way, and a node that did not answer lets it expire
+// with its TTL.
 //
-// Release runs on a context made from ctx as a Client's Release does:
-// bounded by the release timeout and, while it is live, by ctx, so a
-// deferred Release works after the request's context was cancelled.
+// Release runs on a context of its own, as a Client's Release does: ctx's
+// values but not its cancellation or deadline, bounded by the release
+// timeout. A deferred Release works after the request's context was
+// cancelled, and a caller's deadline cannot cut it short.
 func (l *Lock) Release(ctx context.Context) error {
 	rctx, cancel := l.r.cleanupContext(ctx)
 	defer cancel()
@@ -276,7 +281,8 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	l.r.untrack(l)
 	e := dlock.ReleaseEvent{Name: l.name, Result: dlock.ResultOK, Held: time.Since(l.start), AfterLoss: afterLoss}
 	var err error
-	if n < l.r.quorum {
+	switch {
+	case n < l.r.quorum:
 		msg := fmt.Errorf("%w: released on %d of %d nodes", dlock.ErrNotHeld, n, len(l.r.nodes))
 		e.Result = dlock.ResultNotHeld
 		if len(errs) > 0 {
@@ -284,6 +290,13 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 			e.Result = dlock.ResultError
 		}
 		err = opError("release", l.name, msg)
+	case afterLoss:
+		// The lock's context already told the holder it was lost (the
+		// validity ran out, a drift margin before the nodes' leases): the
+		// keys, still ours, are freed early for the next holder, but the
+		// holder learns what its context said, as from a Client.
+		err = opError("release", l.name, fmt.Errorf("%w: lost before the release (%w)", dlock.ErrNotHeld, context.Cause(l.ctx)))
+		e.Result = dlock.ResultNotHeld
 	}
 	e.Err = err
 	for _, o := range l.r.cfg.observers {

@@ -132,9 +132,9 @@ var errClosedRelease = fmt.Errorf("%w by Close (%w)", dlock.ErrReleased, dlock.E
 // stops and waits for every goroutine the Redlock started: attempts still
 // out, renewals, grants being given back.
 //
-// The releases run on a context made as Release's: bounded by the release
-// timeout and, while it is live, by ctx. A lock that could not be released
-// on some node expires there with its TTL. The error joins the failed
+// The releases keep ctx's values but not its cancellation or deadline, and
+// are bounded by the release timeout, as Release is. A lock that could not
+// be released on some node expires there with its TTL. The error joins the failed
 // releases. The wait for the goroutines is bounded by the release timeout
 // and by the lock TTLs, as long as go-redis keeps to context deadlines
 // (ContextTimeoutEnabled).
@@ -201,16 +201,14 @@ func (r *Redlock) isClosed() bool {
 	return r.closed
 }
 
-// cleanupContext is the context of a release (Release, Close), by the
-// core's rule: ctx's values, the release timeout, and ctx's deadline and
-// cancellation while ctx is live. A ctx that has already ended gives no
-// bound: a deferred release at the end of a cancelled request must still
-// run.
+// cleanupContext is the context of a release (Release, Close, the release
+// of a lock nobody may keep), by the core's rule: ctx's values (trace ids)
+// under the release timeout, but not ctx's cancellation or deadline. Cleanup
+// after cancellation is the usual case (a deferred Release at the end of a
+// cancelled request), and a release cut short would leave the lock on the
+// nodes, no longer renewed, blocking everyone for the rest of its TTL.
 func (r *Redlock) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx.Err() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
-	return context.WithTimeout(ctx, r.cfg.releaseTimeout)
+	return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.releaseTimeout)
 }
 
 // isNil reports whether rdb is nil or a nil pointer in the interface.
