@@ -142,4 +142,4 @@ func TestAcquireRacingClose(t *testing.T) {
 // redisDialer is go-redis' own background dial of a pool (a node that was
 // down): the Redis client's goroutine, not the Redlock's, and gone when the
 // client closes at the end of the test.
-var redisDialer = goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")
+var redisDialer = goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")
