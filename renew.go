@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock/internal/node"
 )
 
@@ -194,10 +192,8 @@ func (r *renewer) takeDue() []*redisLock {
 
 // renewal is one lock's part of a pipeline.
 type renewal struct {
-	l    *redisLock
-	ttl  time.Duration
-	sent time.Time
-	cmd  *redis.Cmd
+	l   *redisLock
+	ttl time.Duration
 }
 
 // renew extends the batch's leases in one pipeline and schedules each lock
@@ -208,7 +204,8 @@ func (r *renewer) renew(batch []*redisLock) {
 		return
 	}
 	now := time.Now()
-	var jobs []*renewal
+	var jobs []renewal
+	var calls []node.Call
 	var last time.Time // the latest deadline of the batch bounds the pipeline
 	for _, l := range batch {
 		l.mu.Lock()
@@ -222,50 +219,28 @@ func (r *renewer) renew(batch []*redisLock) {
 			continue // the deadline timer is ending this lock; renewing now could revive a lease we already gave up
 		}
 		last = maxTime(last, deadline)
-		jobs = append(jobs, &renewal{l: l, ttl: ttl})
+		jobs = append(jobs, renewal{l: l, ttl: ttl})
+		calls = append(calls, node.Refresh(l.keys, l.token, ttl))
 	}
 	if len(jobs) == 0 {
 		return
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), last)
 	defer cancel()
-	r.send(ctx, jobs, false)
-
-	// Scripts are gone after SCRIPT FLUSH or a restart: send those again
-	// with their source.
-	var again []*renewal
-	for _, j := range jobs {
-		if redis.HasErrorPrefix(j.cmd.Err(), "NOSCRIPT") {
-			again = append(again, j)
-		}
+	replies := node.Pipeline(ctx, r.c.rdb, calls, nil)
+	for i, j := range jobs {
+		r.settle(j, replies[i])
 	}
-	if len(again) > 0 {
-		r.send(ctx, again, true)
-	}
-
-	for _, j := range jobs {
-		r.settle(j)
-	}
-}
-
-func (r *renewer) send(ctx context.Context, jobs []*renewal, source bool) {
-	pipe := r.c.rdb.Pipeline()
-	sent := time.Now()
-	for _, j := range jobs {
-		j.sent = sent
-		j.cmd = node.Refresh(j.l.keys, j.l.token, j.ttl).Queue(ctx, pipe, source)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
 }
 
 // settle applies one renewal's answer.
-func (r *renewer) settle(j *renewal) {
+func (r *renewer) settle(j renewal, reply node.Reply) {
 	l := j.l
-	ok, err := j.cmd.Int64()
+	ok, err := reply.Int64()
 	switch {
 	case err == nil && ok == 1:
 		r.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultOK})
-		l.confirm(j.sent, j.ttl, false)
+		l.confirm(reply.Sent, j.ttl, false)
 		r.mu.Lock()
 		l.failures = 0
 		r.mu.Unlock()
@@ -273,7 +248,7 @@ func (r *renewer) settle(j *renewal) {
 		last := l.holdDone
 		l.mu.Unlock()
 		if !last {
-			r.schedule(l, renewAt(j.sent, j.ttl))
+			r.schedule(l, renewAt(reply.Sent, j.ttl))
 		}
 	case err == nil && l.isReleasing():
 		// Our own Release ran first: not a loss.
