@@ -30,9 +30,12 @@ type redisLock struct {
 
 	values context.Context // the acquirer's context without its cancellation
 
-	releaseMu sync.Mutex // one Release at a time
+	// releaseMu lets one Release run at a time, across its round trip.
+	// The lock order: releaseMu, then mu, then the renewer's mu (see
+	// renewer.mu); never the other way round.
+	releaseMu sync.Mutex
 
-	mu    sync.Mutex
+	mu    sync.Mutex // guards the fields below
 	state lockState
 	ttl   time.Duration // the lease each renewal asks for: WithTTL, or the last Refresh
 	// leased is the send time of the latest confirmed acquire, renewal or
@@ -53,11 +56,6 @@ type redisLock struct {
 	// callers of Acquire never ask for it, and it costs allocations.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-
-	// Owned by the renewal loop, under renewer.mu.
-	next     time.Time // when to renew next
-	index    int       // position in the renewal heap, -1 when not in it
-	failures int       // renewals in a row that got no answer
 }
 
 type lockState int
@@ -70,7 +68,7 @@ const (
 
 func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token string, fence int64, ac acquireConfig, sent time.Time) *redisLock {
 	l := &redisLock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, start: sent, ttl: ac.ttl,
-		leased: sent, until: leaseEnd(sent, ac.ttl), index: -1}
+		leased: sent, until: leaseEnd(sent, ac.ttl)}
 	if ac.maxHold > 0 {
 		l.maxHold, l.hold = ac.maxHold, sent.Add(ac.maxHold)
 	}
@@ -82,10 +80,8 @@ func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token st
 	c.track(l)
 	l.mu.Lock()
 	l.deadline = time.AfterFunc(l.leaseLeft(), l.leaseEnded)
+	l.renewLater()
 	l.mu.Unlock()
-	if l.renew {
-		c.renewer.add(l)
-	}
 	return l
 }
 
@@ -177,17 +173,26 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	if !ok {
 		if !l.isReleasing() {
-			l.lose(ReasonTakenOver, fmt.Errorf("%w: refresh found the lock gone or taken over", ErrLockLost))
+			l.end(lost, ReasonTakenOver, fmt.Errorf("%w: refresh found the lock gone or taken over", ErrLockLost))
 		}
 		return opError("refresh", l.name, ErrNotHeld)
 	}
 	if !l.confirm(sent, ttl, true) {
 		return opError("refresh", l.name, fmt.Errorf("%w: %w", ErrNotHeld, context.Cause(l.Context())))
 	}
-	if l.renew {
-		l.c.renewer.reschedule(l)
-	}
+	l.mu.Lock()
+	l.renewLater()
+	l.mu.Unlock()
 	return nil
+}
+
+// renewLater has the renewal loop renew a lock that it renews a third of
+// its TTL after its latest confirmed lease (an acquisition, a Refresh).
+// l.mu must be held.
+func (l *redisLock) renewLater() {
+	if l.renew {
+		l.c.renewer.schedule(l, renewAt(l.leased, l.ttl))
+	}
 }
 
 // Release lets the lock go, hands it to the next waiter and cancels the
@@ -215,7 +220,7 @@ func (l *redisLock) release(ctx context.Context) error {
 	}
 	l.c.renewer.remove(l)
 	l.setReleasing(true)
-	res, err := l.c.runRelease(ctx, l.keys, l.token)
+	res, err := l.c.releaseScript(ctx, l.keys, l.token, false, releaseRecordTTL)
 	if err != nil {
 		l.setReleasing(false)
 	}
@@ -244,14 +249,10 @@ func (l *redisLock) release(ctx context.Context) error {
 	return err
 }
 
-// runRelease runs the release script: it frees the lock if token still holds
-// it and hands it to the first live waiter.
-func (c *Client) runRelease(ctx context.Context, k node.Keys, token string) (int64, error) {
-	return c.releaseScript(ctx, k, token, false, releaseRecordTTL)
-}
-
-// releaseScript runs the release script. dropEntry also removes token's
-// queue entry (a waiter that gives up); record 0 leaves no release record.
+// releaseScript runs the release script: it frees the lock if token still
+// holds it and hands it to the first live waiter. dropEntry also removes
+// token's queue entry (a waiter that gives up); record 0 leaves no release
+// record (a forced unlock).
 func (c *Client) releaseScript(ctx context.Context, k node.Keys, token string, dropEntry bool, record time.Duration) (int64, error) {
 	return node.Release(k, token, node.ReleaseArgs{Record: record, GiveUp: dropEntry,
 		Sharded: c.notify.sharded(), FenceLifetime: c.cfg.fenceLifetime}).Run(ctx, c.rdb).Int64()
@@ -368,16 +369,11 @@ func (l *redisLock) leaseEnded() {
 		cause = fmt.Errorf("%w: no renewal confirmed before the lease deadline", ErrLockLost)
 	}
 	l.mu.Unlock()
-	l.lose(reason, cause)
-}
-
-// lose marks the lock lost and cancels its context with cause.
-func (l *redisLock) lose(reason Reason, cause error) {
 	l.end(lost, reason, cause)
 }
 
-// end moves a held lock to released or lost, once; a loss is reported to
-// the observers.
+// end moves a held lock to released or lost, once, and cancels its context
+// with cause; a loss is reported to the observers.
 func (l *redisLock) end(to lockState, reason Reason, cause error) {
 	l.mu.Lock()
 	from := l.state
@@ -400,6 +396,6 @@ func (l *redisLock) end(to lockState, reason Reason, cause error) {
 	if cancel != nil {
 		cancel(cause)
 	}
-	l.c.renewer.remove(l)
+	l.c.renewer.forget(l)
 	l.c.untrack(l)
 }
