@@ -25,8 +25,8 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 	ac, err := c.prepare(ctx, name, opts)
 	var l *redisLock
 	if err == nil {
-		l, _, err = c.attempt(ctx, name, c.keys(name), ac, newToken(), false)
-		l, err = c.afterClose(ctx, name, l, err)
+		r := c.attempt(ctx, name, c.keys(name), ac, newToken(), false)
+		l, err = c.afterClose(ctx, name, r.lock, r.err)
 	}
 	return c.acquired(ctx, name, start, l, err)
 }
@@ -81,17 +81,17 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 	// The keys are built once per call: every attempt and the wait use them.
 	k := c.keys(name)
 	if ac.wait == 0 {
-		l, _, err := c.attempt(ctx, name, k, ac, newToken(), false)
-		return l, err
+		r := c.attempt(ctx, name, k, ac, newToken(), false)
+		return r.lock, r.err
 	}
 	if !c.waitersOf(name) && !c.notify.active(k.Handoff+c.id) {
 		// Nobody of this process waits for the name, nor did lately: one
 		// plain attempt first, so an uncontended Acquire costs what
 		// TryAcquire does. A name contended lately goes straight into the
 		// queue, which costs the same when the lock is free.
-		l, _, err := c.attempt(ctx, name, k, ac, newToken(), false)
-		if !isBusy(err) {
-			return l, err
+		r := c.attempt(ctx, name, k, ac, newToken(), false)
+		if !r.busy && !r.late {
+			return r.lock, r.err
 		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, ac.wait)
@@ -156,10 +156,18 @@ func readAcquire(name string, b TTLBounds, opts []AcquireOption) (acquireConfig,
 	return ac, nil
 }
 
-// busy is what an attempt learned of the holder when the lock was taken.
-type busy struct {
-	ttl   time.Duration // the holder's remaining lease
-	fence int64         // the holder's fencing token
+// attemptResult is what one run of the acquire script came to: the lock;
+// or the lock busy, with what the reply told of its holder; or a grant whose
+// reply came too late, given back; or another failure. err is the error
+// Acquire returns for all but the first: a *NotObtainedError when busy or
+// late.
+type attemptResult struct {
+	lock        *redisLock
+	busy        bool          // another holder has the lock
+	holderTTL   time.Duration // the holder's remaining lease, when busy
+	holderFence int64         // the holder's fencing token, when busy
+	late        bool          // granted past its lease's deadline, and given back
+	err         error
 }
 
 // attempt runs the acquire script once. With queue set, a busy lock puts (or
@@ -169,22 +177,14 @@ type busy struct {
 // command was out) the script may have granted the lock all the same. That
 // grant is given back in the background, so that it does not block everyone
 // for a whole TTL.
-func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acquireConfig, token string, queue bool) (*redisLock, busy, error) {
+func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acquireConfig, token string, queue bool) attemptResult {
 	waiter := ""
 	if queue {
 		waiter = c.id
 	}
 	sent := time.Now()
-	call := node.Acquire(k, token, node.AcquireArgs{TTL: ac.ttl, Owner: c.cfg.owner, Waiter: waiter,
-		Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime})
-	var res []any
-	var acked int64
-	var err error
-	if ac.replicas > 0 {
-		res, acked, err = c.scriptWithWait(ctx, k, ac, call)
-	} else {
-		res, err = call.Run(ctx, c.rdb).Slice()
-	}
+	res, acked, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.ttl, Owner: c.cfg.owner,
+		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime}))
 	if err != nil {
 		// A lost reply may have granted the lock; an error reply of a
 		// queued attempt wrote nothing, but an earlier attempt of the
@@ -194,15 +194,15 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		}
 		if isServerReply(err) {
 			if cerr := c.serverVerdictNow(); cerr != nil {
-				return nil, busy{}, opError("acquire", name, cerr) // why the scripts fail there
+				return attemptResult{err: opError("acquire", name, cerr)} // why the scripts fail there
 			}
 		}
-		return nil, busy{}, opError("acquire", name, redisError(err))
+		return attemptResult{err: opError("acquire", name, redisError(err))}
 	}
-	g, perr := node.ParseGrant(res)
-	if perr != nil {
+	g, err := node.ParseGrant(res)
+	if err != nil {
 		c.giveBack(ctx, k, token, ac.ttl)
-		return nil, busy{}, opError("acquire", name, perr)
+		return attemptResult{err: opError("acquire", name, err)}
 	}
 	// Once per client, in the background and only once the server has
 	// answered: refuse a server too old for dlock, and warn of an eviction
@@ -211,11 +211,12 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		if g.OK || queue {
 			c.giveBack(ctx, k, token, ac.ttl) // a grant, or a place in line
 		}
-		return nil, busy{}, opError("acquire", name, cerr)
+		return attemptResult{err: opError("acquire", name, cerr)}
 	}
 	if !g.OK {
-		b := busy{ttl: time.Duration(g.HolderTTL) * time.Millisecond, fence: g.HolderFence}
-		return nil, b, opError("acquire", name, &NotObtainedError{Name: name, HolderTTL: b.ttl})
+		ttl := time.Duration(g.HolderTTL) * time.Millisecond
+		return attemptResult{busy: true, holderTTL: ttl, holderFence: g.HolderFence,
+			err: opError("acquire", name, &NotObtainedError{Name: name, HolderTTL: ttl})}
 	}
 	// Too few replicas is reported as such (the WAIT that came with the
 	// script may itself have made the reply late).
@@ -228,15 +229,35 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		// the caller is told it did not get the lock. A waiter goes on
 		// waiting, with a fresh token.
 		c.giveBack(ctx, k, token, ac.ttl)
-		return nil, busy{}, opError("acquire", name, &NotObtainedError{Name: name, late: took, lease: ac.ttl})
+		return attemptResult{late: true, err: opError("acquire", name, &NotObtainedError{Name: name, late: took, lease: ac.ttl})}
 	}
 	l := c.newLock(ctx, name, k, token, g.Fence, ac, sent)
 	if ac.replicas > 0 {
 		if err := c.checkReplicated(ctx, l, ac, acked); err != nil {
-			return nil, busy{}, err
+			return attemptResult{err: err}
 		}
 	}
-	return l, busy{}, nil
+	return attemptResult{lock: l}
+}
+
+// sendAcquire runs the acquire script; with WithReplicas, WAIT follows it in
+// one pipeline on one connection, since Redis refuses WAIT inside a script
+// and WAIT counts the writes of the connection it is sent on. acked is the
+// number of replicas that acknowledged.
+func (c *Client) sendAcquire(ctx context.Context, k node.Keys, ac acquireConfig, call node.Call) (res []any, acked int64, err error) {
+	if ac.replicas == 0 {
+		res, err = call.Run(ctx, c.rdb).Slice()
+		return res, 0, err
+	}
+	reply, acked, err := c.withWait(ctx, k.Lock, ac, call)
+	if err != nil {
+		return nil, 0, err
+	}
+	res, ok := reply.([]any)
+	if !ok {
+		return nil, 0, fmt.Errorf("unexpected reply %v", reply)
+	}
+	return res, acked, nil
 }
 
 // isServerReply reports whether err is an error reply of Redis: the command
@@ -327,29 +348,29 @@ func (c *Client) waitInLine(ctx, wctx context.Context, name string, k node.Keys,
 		confirmed := c.notify.confirmed(sub)
 		queued = queued || confirmed
 		sent := time.Now()
-		l, b, err := c.attempt(wctx, name, k, ac, token, confirmed)
-		if l != nil {
-			return l, nil
+		r := c.attempt(wctx, name, k, ac, token, confirmed)
+		if r.lock != nil {
+			return r.lock, nil
 		}
-		if !isBusy(err) {
+		if !r.busy && !r.late {
 			// attempt has given the token up, queue entry included.
-			return nil, c.waitError(ctx, wctx, name, q.holderTTL(), err)
+			return nil, c.waitError(ctx, wctx, name, q.holderTTL(), r.err)
 		}
-		if lateGrant(err) {
+		if r.late {
 			// The grant came too late and was given up: try again at
 			// once, with a fresh token.
 			token, queued = newToken(), false
 			continue
 		}
 		if confirmed {
-			seen, lastSeen = max(seen, b.fence), sent
+			seen, lastSeen = max(seen, r.holderFence), sent
 		}
-		q.setHolderTTL(b.ttl)
+		q.setHolderTTL(r.holderTTL)
 		ready := sub.ready
 		if confirmed {
 			ready = nil
 		}
-		timer := time.NewTimer(wakeAfter(b.ttl, ac.ttl))
+		timer := time.NewTimer(wakeAfter(r.holderTTL, ac.ttl))
 	wait:
 		for {
 			select {
@@ -457,13 +478,6 @@ func (c *Client) withdraw(ctx context.Context, k node.Keys, token string) error 
 func isBusy(err error) bool {
 	var b *NotObtainedError
 	return errors.As(err, &b)
-}
-
-// lateGrant reports whether err is an attempt's grant whose reply came after
-// its lease had run out.
-func lateGrant(err error) bool {
-	var b *NotObtainedError
-	return errors.As(err, &b) && b.late > 0
 }
 
 // waitError turns the end of a wait into the error Acquire returns.

@@ -111,8 +111,8 @@ func (r *Redlock) TryAcquire(ctx context.Context, name string, opts ...AcquireOp
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ac.ttl)
 	for i, n := range r.nodes {
 		go func() {
-			l, _, err := n.attempt(actx, name, n.keys(name), ac, token, false)
-			results <- result{i, l, err}
+			r := n.attempt(actx, name, n.keys(name), ac, token, false)
+			results <- result{i, r.lock, r.err}
 		}()
 	}
 	got, failed, busy := 0, 0, 0

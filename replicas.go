@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,7 +25,7 @@ func WithReplicas(n int, timeout time.Duration) AcquireOption {
 }
 
 // refreshWithWait refreshes a handed-over lock and waits for replicas in one
-// pipeline, like scriptWithWait.
+// pipeline, as sendAcquire does for an acquisition.
 func (c *Client) refreshWithWait(ctx context.Context, l *redisLock, ac acquireConfig) (int64, error) {
 	sent := time.Now()
 	res, acked, err := c.withWait(ctx, l.keys.Lock, ac, node.Refresh(l.keys, l.token, ac.ttl))
@@ -40,21 +39,6 @@ func (c *Client) refreshWithWait(ctx context.Context, l *redisLock, ac acquireCo
 		return 0, opError("acquire", l.name, ErrNotHeld)
 	}
 	return acked, nil
-}
-
-// scriptWithWait runs the acquire script and WAIT on one connection in one
-// pipeline: Redis refuses WAIT inside a script, and WAIT counts the writes of
-// the connection it is sent on.
-func (c *Client) scriptWithWait(ctx context.Context, k node.Keys, ac acquireConfig, call node.Call) ([]any, int64, error) {
-	res, acked, err := c.withWait(ctx, k.Lock, ac, call)
-	if err != nil {
-		return nil, 0, err
-	}
-	reply, ok := res.([]any)
-	if !ok {
-		return nil, 0, fmt.Errorf("unexpected reply %v", res)
-	}
-	return reply, acked, nil
 }
 
 // withWait sends call and WAIT in one pipeline on the connection of key's
