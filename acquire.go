@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -73,6 +70,8 @@ func (c *Client) afterClose(ctx context.Context, name string, l *redisLock, err 
 	return nil, opError("acquire", name, ErrClosed)
 }
 
+// acquire is Acquire before the observers hear of it: one plain attempt
+// when the name is not contended, else the wait of a waiter.
 func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption) (*redisLock, error) {
 	ac, err := c.prepare(ctx, name, opts)
 	if err != nil {
@@ -94,18 +93,8 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 			return r.lock, r.err
 		}
 	}
-	wctx, cancel := context.WithTimeout(ctx, ac.wait)
-	defer cancel()
-	defer context.AfterFunc(c.closing, cancel)() // Close ends the wait
-
-	q, w := c.joinLocal(name)
-	defer c.leaveLocal(name, q, w)
-	select {
-	case <-w.turn:
-	case <-wctx.Done():
-		return nil, c.gaveUp(ctx, name, q.holderTTL())
-	}
-	return c.waitInLine(ctx, wctx, name, k, ac, q)
+	w := &waiter{c: c, name: name, keys: k, ac: ac}
+	return w.wait(ctx)
 }
 
 // prepare validates the name and options before anything is sent.
@@ -301,170 +290,6 @@ func (c *Client) giveBack(ctx context.Context, k node.Keys, token string, ttl ti
 	}()
 }
 
-// waiterRenew is how often a waiter renews its entry in the Redis queue, and
-// waiterAlive how long the entry counts as alive without renewal. Renewing
-// at most every TTL/4 keeps a handed-over lease well known: the hand-off
-// happened after the last renewal that found us still waiting.
-func waiterRenew(ttl time.Duration) time.Duration {
-	return min(max(ttl/4, 10*time.Millisecond), time.Second)
-}
-
-func waiterAlive(ttl time.Duration) time.Duration { return 3 * waiterRenew(ttl) }
-
-// queueExpiry is how long a name's waiter queue outlives its last renewed
-// entry: twice the longest an entry lives (waiterAlive is at most 3s).
-const queueExpiry = 6 * time.Second
-
-// waitInLine is the wait of the first local waiter of a name: the one that
-// talks to Redis for this process.
-//
-// Until Redis confirms the subscription to this client's hand-off channel the
-// waiter makes plain attempts on its timer, without queueing: a hand-off
-// published before the confirmation would be missed. Once confirmed, its
-// attempts queue it in Redis, and a release hands the lock over with a
-// message "token:fence".
-//
-// The message travels on the pub/sub connection, the replies on another: a
-// message published before an attempt ran can be read after that attempt's
-// reply. A busy reply carries the holder's fence, so a hand-off whose fence is
-// not above the largest such fence seen happened before that attempt, and
-// was lost since (the lease ran out while this process stalled, and somebody
-// else took the lock): it is ignored. A newer one happened after every busy
-// attempt, so its lease started after the last one was sent.
-func (c *Client) waitInLine(ctx, wctx context.Context, name string, k node.Keys, ac acquireConfig, q *localQueue) (*redisLock, error) {
-	sub, err := c.notify.subscribe(wctx, k.Handoff+c.id)
-	if err != nil {
-		return nil, opError("acquire", name, redisError(err))
-	}
-	defer c.notify.unsubscribe(sub)
-
-	token := newToken()
-	var (
-		queued   bool      // an attempt may have put token in the Redis queue
-		seen     int64     // the largest holder fence of a queued busy reply
-		lastSeen time.Time // send time of the last queued busy attempt
-	)
-	for {
-		confirmed := c.notify.confirmed(sub)
-		queued = queued || confirmed
-		sent := time.Now()
-		r := c.attempt(wctx, name, k, ac, token, confirmed)
-		if r.lock != nil {
-			return r.lock, nil
-		}
-		if !r.busy && !r.late {
-			// attempt has given the token up, queue entry included.
-			return nil, c.waitError(ctx, wctx, name, q.holderTTL(), r.err)
-		}
-		if r.late {
-			// The grant came too late and was given up: try again at
-			// once, with a fresh token.
-			token, queued = newToken(), false
-			continue
-		}
-		if confirmed {
-			seen, lastSeen = max(seen, r.holderFence), sent
-		}
-		q.setHolderTTL(r.holderTTL)
-		ready := sub.ready
-		if confirmed {
-			ready = nil
-		}
-		timer := time.NewTimer(wakeAfter(r.holderTTL, ac.ttl))
-	wait:
-		for {
-			select {
-			case msg := <-sub.msgs:
-				fence, ok := handedTo(msg, token)
-				if !ok || !queued || fence <= seen {
-					continue // for another waiter of this process, or stale
-				}
-				timer.Stop()
-				l, err := c.handedOver(ctx, name, k, token, fence, ac, lastSeen)
-				if !errors.Is(err, ErrNotHeld) {
-					return l, err
-				}
-				// The handed-over lease ran out before it could be
-				// confirmed: that hand-off is over; wait on, with a
-				// fresh token (the failed one was released).
-				seen, token, queued = max(seen, fence), newToken(), false
-				break wait
-			case <-ready:
-				timer.Stop()
-				break wait // queue now
-			case <-timer.C:
-				break wait
-			case <-wctx.Done():
-				timer.Stop()
-				if queued {
-					// In the background: the caller's wait is over, and
-					// a Redis that stopped answering must not hold it up
-					// for the release timeout. A late attempt of token
-					// is refused once it is withdrawn.
-					c.giveBack(ctx, k, token, ac.ttl)
-				}
-				return nil, c.gaveUp(ctx, name, q.holderTTL())
-			}
-		}
-	}
-}
-
-// wakeAfter is when a waiter checks again without a message: when the
-// holder's lease would run out (a crashed holder publishes nothing), and no
-// later than its renewal time, with jitter so waiters of many processes do
-// not arrive together.
-func wakeAfter(holder, ttl time.Duration) time.Duration {
-	renew := waiterRenew(ttl)
-	d := renew - time.Duration(rand.Int64N(int64(renew)/5+1))
-	if holder > 0 && holder+time.Millisecond < d {
-		d = holder + time.Millisecond
-	}
-	return d
-}
-
-// handedTo parses a hand-off message "token:fence" meant for token.
-func handedTo(msg, token string) (int64, bool) {
-	t, f, ok := strings.Cut(msg, ":")
-	if !ok || t != token {
-		return 0, false
-	}
-	fence, err := strconv.ParseInt(f, 10, 64)
-	return fence, err == nil
-}
-
-// handedOver makes the Lock a release handed to us. Its lease started after
-// lastSeen; when too little of it is known to be left, it is refreshed before
-// the caller starts work. An error matching ErrNotHeld means the hand-off's
-// lease ran out before it was confirmed: the caller waits on.
-func (c *Client) handedOver(ctx context.Context, name string, k node.Keys, token string, fence int64, ac acquireConfig, lastSeen time.Time) (*redisLock, error) {
-	l := c.newLock(ctx, name, k, token, fence, ac, lastSeen)
-	fail := func(err error) (*redisLock, error) {
-		// Nobody else can release this lock: do it before giving up, or it
-		// stays held and renewed with no owner.
-		_ = l.Release(context.WithoutCancel(ctx))
-		return nil, err
-	}
-	if ac.replicas > 0 {
-		// The releaser wrote the hand-off on its own connection; a WAIT
-		// after our refresh on ours covers it too, replication being in
-		// order.
-		acked, err := c.refreshWithWait(ctx, l, ac)
-		if err == nil {
-			err = c.checkReplicated(ctx, l, ac, acked)
-		}
-		if err != nil {
-			return fail(err)
-		}
-		return l, nil
-	}
-	if time.Since(lastSeen) > ac.ttl/2 {
-		if err := l.Refresh(ctx, ac.ttl); err != nil {
-			return fail(err)
-		}
-	}
-	return l, nil
-}
-
 // withdraw leaves the Redis queue after giving up. If a release handed us
 // the lock in the meantime, the same script releases it to the next waiter.
 // It runs on a fresh context: the caller's has ended.
@@ -478,14 +303,6 @@ func (c *Client) withdraw(ctx context.Context, k node.Keys, token string) error 
 func isBusy(err error) bool {
 	var b *NotObtainedError
 	return errors.As(err, &b)
-}
-
-// waitError turns the end of a wait into the error Acquire returns.
-func (c *Client) waitError(ctx, wctx context.Context, name string, holder time.Duration, err error) error {
-	if err != nil && wctx.Err() != nil {
-		return c.gaveUp(ctx, name, holder)
-	}
-	return err
 }
 
 // gaveUp is the error of a wait that ended without the lock: busy, and also
