@@ -255,7 +255,7 @@ func (l *redisLock) release(ctx context.Context) error {
 // record (a forced unlock).
 func (c *Client) releaseScript(ctx context.Context, k node.Keys, token string, dropEntry bool, record time.Duration) (int64, error) {
 	return node.Release(k, token, node.ReleaseArgs{Record: record, GiveUp: dropEntry,
-		Sharded: c.notify.sharded(), FenceLifetime: c.cfg.fenceLifetime}).Run(ctx, c.rdb).Int64()
+		Sharded: c.notify.channels.sharded(), FenceLifetime: c.cfg.fenceLifetime}).Run(ctx, c.rdb).Int64()
 }
 
 // releaseRecordTTL is how long Redis keeps the record of a token's release, so
