@@ -9,7 +9,8 @@ import (
 	"github.com/dlock-go/dlock/internal/node"
 )
 
-// Lock is one acquisition of a named lock. It is safe for concurrent use.
+// redisLock is the Lock a Client hands out: one acquisition of a named
+// lock. It is safe for concurrent use.
 //
 // Its token identifies this acquisition only: Release, Refresh and TTL act
 // in Redis only while the stored token is still this one, so a holder whose
@@ -186,15 +187,6 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// renewLater has the renewal loop renew a lock that it renews a third of
-// its TTL after its latest confirmed lease (an acquisition, a Refresh).
-// l.mu must be held.
-func (l *redisLock) renewLater() {
-	if l.renew {
-		l.c.renewer.schedule(l, renewAt(l.leased, l.ttl))
-	}
-}
-
 // Release lets the lock go, hands it to the next waiter and cancels the
 // lock's context. It returns ErrNotHeld when the lock was not ours any more
 // (released before, expired, or taken by another holder); then nothing in
@@ -287,115 +279,4 @@ func (l *redisLock) is(s lockState) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state == s
-}
-
-// leaseMargin is taken off every lease before it counts as ours: Redis'
-// clock may run a little fast, and cancelling the holder's context takes a
-// moment to reach the work. A tenth of the TTL, at least a millisecond.
-func leaseMargin(ttl time.Duration) time.Duration {
-	return max(ttl/10, time.Millisecond)
-}
-
-// capAtHold cuts a lease of ttl asked for at now so that it ends at the hold
-// limit (WithMaxHold) at the latest: such a lease is the last one, and its
-// deadline ends the lock. It reports false when the limit leaves no whole
-// millisecond. l.mu must be held.
-func (l *redisLock) capAtHold(now time.Time, ttl time.Duration) (time.Duration, bool) {
-	if l.hold.IsZero() {
-		return ttl, true
-	}
-	left := l.hold.Sub(now).Truncate(time.Millisecond)
-	if left >= ttl {
-		return ttl, true
-	}
-	l.holdDone = true
-	return left, left >= time.Millisecond
-}
-
-// leaseEnd is the deadline of a lease of ttl confirmed by a command sent at
-// sent.
-func leaseEnd(sent time.Time, ttl time.Duration) time.Time {
-	return sent.Add(ttl - leaseMargin(ttl))
-}
-
-// leaseLeft is how long the lease is known to be ours. l.mu must be held.
-func (l *redisLock) leaseLeft() time.Duration { return time.Until(l.until) }
-
-// confirm records a lease of ttl that Redis confirmed, sent at sent, and
-// moves the deadline if the lease ends later than the one known. setTTL makes
-// ttl the one later renewals ask for (a Refresh). A confirmation that arrives
-// after the lock ended does not revive it: it reports false.
-func (l *redisLock) confirm(sent time.Time, ttl time.Duration, setTTL bool) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state != held {
-		return false
-	}
-	if setTTL {
-		l.ttl = ttl
-	}
-	if sent.After(l.leased) {
-		l.leased = sent
-	}
-	if end := leaseEnd(sent, ttl); end.After(l.until) {
-		l.until = end
-		l.deadline.Reset(l.leaseLeft())
-	}
-	return true
-}
-
-// leaseEnded runs on the deadline timer: no renewal was confirmed in time.
-func (l *redisLock) leaseEnded() {
-	l.mu.Lock()
-	if l.state != held {
-		l.mu.Unlock()
-		return
-	}
-	if left := l.leaseLeft(); left > 0 {
-		// A renewal moved the deadline while this timer was firing.
-		l.deadline.Reset(left)
-		l.mu.Unlock()
-		return
-	}
-	var cause error
-	reason := ReasonExpired
-	switch {
-	case l.holdDone:
-		reason = ReasonHoldLimit
-		cause = fmt.Errorf("%w: %w of %v reached", ErrLockLost, ErrHoldLimit, l.maxHold)
-	case !l.renew:
-		cause = fmt.Errorf("%w: lease of %v ran out (renewal off)", ErrLockLost, l.ttl)
-	default:
-		cause = fmt.Errorf("%w: no renewal confirmed before the lease deadline", ErrLockLost)
-	}
-	l.mu.Unlock()
-	l.end(lost, reason, cause)
-}
-
-// end moves a held lock to released or lost, once, and cancels its context
-// with cause; a loss is reported to the observers.
-func (l *redisLock) end(to lockState, reason Reason, cause error) {
-	l.mu.Lock()
-	from := l.state
-	if from == released || (from == lost && to == lost) {
-		l.mu.Unlock()
-		return
-	}
-	l.state = to
-	if l.cause == nil {
-		l.cause = cause
-	}
-	l.deadline.Stop()
-	cancel := l.cancel
-	l.mu.Unlock()
-	// Observers first: whoever wakes on the context finds the metrics and
-	// logs already telling of the loss.
-	if to == lost {
-		l.c.cfg.observers.lost(LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), Cause: cause})
-	}
-	if cancel != nil {
-		cancel(cause)
-	}
-	l.c.renewer.forget(l)
-	l.c.untrack(l)
 }
