@@ -100,7 +100,8 @@ func (r *renewer) schedule(l *redisLock, next time.Time) {
 	}
 }
 
-// again is schedule for the loop, after a renewal of l.
+// again schedules l's next renewal from the loop, which holds no Lock's mu:
+// it takes l.mu, as schedule needs.
 func (r *renewer) again(l *redisLock, next time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
