@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,8 +22,8 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 	ac, err := c.prepare(ctx, name, opts)
 	var l *redisLock
 	if err == nil {
-		l, _, err = c.attempt(ctx, name, c.keys(name), ac, newToken(), false)
-		l, err = c.afterClose(ctx, name, l, err)
+		r := c.attempt(ctx, name, c.keys(name), ac, newToken(), false)
+		l, err = c.afterClose(ctx, name, r.lock, r.err)
 	}
 	return c.acquired(ctx, name, start, l, err)
 }
@@ -73,6 +70,8 @@ func (c *Client) afterClose(ctx context.Context, name string, l *redisLock, err 
 	return nil, opError("acquire", name, ErrClosed)
 }
 
+// acquire is Acquire before the observers hear of it: one plain attempt
+// when the name is not contended, else the wait of a waiter.
 func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption) (*redisLock, error) {
 	ac, err := c.prepare(ctx, name, opts)
 	if err != nil {
@@ -81,31 +80,21 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 	// The keys are built once per call: every attempt and the wait use them.
 	k := c.keys(name)
 	if ac.wait == 0 {
-		l, _, err := c.attempt(ctx, name, k, ac, newToken(), false)
-		return l, err
+		r := c.attempt(ctx, name, k, ac, newToken(), false)
+		return r.lock, r.err
 	}
 	if !c.waitersOf(name) && !c.notify.active(k.Handoff+c.id) {
 		// Nobody of this process waits for the name, nor did lately: one
 		// plain attempt first, so an uncontended Acquire costs what
 		// TryAcquire does. A name contended lately goes straight into the
 		// queue, which costs the same when the lock is free.
-		l, _, err := c.attempt(ctx, name, k, ac, newToken(), false)
-		if !isBusy(err) {
-			return l, err
+		r := c.attempt(ctx, name, k, ac, newToken(), false)
+		if !r.busy && !r.late {
+			return r.lock, r.err
 		}
 	}
-	wctx, cancel := context.WithTimeout(ctx, ac.wait)
-	defer cancel()
-	defer context.AfterFunc(c.closing, cancel)() // Close ends the wait
-
-	q, w := c.joinLocal(name)
-	defer c.leaveLocal(name, q, w)
-	select {
-	case <-w.turn:
-	case <-wctx.Done():
-		return nil, c.gaveUp(ctx, name, q.holderTTL())
-	}
-	return c.waitInLine(ctx, wctx, name, k, ac, q)
+	w := &waiter{c: c, name: name, keys: k, ac: ac}
+	return w.wait(ctx)
 }
 
 // prepare validates the name and options before anything is sent.
@@ -156,10 +145,18 @@ func readAcquire(name string, b TTLBounds, opts []AcquireOption) (acquireConfig,
 	return ac, nil
 }
 
-// busy is what an attempt learned of the holder when the lock was taken.
-type busy struct {
-	ttl   time.Duration // the holder's remaining lease
-	fence int64         // the holder's fencing token
+// attemptResult is what one run of the acquire script came to: the lock;
+// or the lock busy, with what the reply told of its holder; or a grant whose
+// reply came too late, given back; or another failure. err is the error
+// Acquire returns for all but the first: a *NotObtainedError when busy or
+// late.
+type attemptResult struct {
+	lock        *redisLock
+	busy        bool          // another holder has the lock
+	holderTTL   time.Duration // the holder's remaining lease, when busy
+	holderFence int64         // the holder's fencing token, when busy
+	late        bool          // granted past its lease's deadline, and given back
+	err         error
 }
 
 // attempt runs the acquire script once. With queue set, a busy lock puts (or
@@ -169,22 +166,14 @@ type busy struct {
 // command was out) the script may have granted the lock all the same. That
 // grant is given back in the background, so that it does not block everyone
 // for a whole TTL.
-func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acquireConfig, token string, queue bool) (*redisLock, busy, error) {
+func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acquireConfig, token string, queue bool) attemptResult {
 	waiter := ""
 	if queue {
 		waiter = c.id
 	}
 	sent := time.Now()
-	call := node.Acquire(k, token, node.AcquireArgs{TTL: ac.ttl, Owner: c.cfg.owner, Waiter: waiter,
-		Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime})
-	var res []any
-	var acked int64
-	var err error
-	if ac.replicas > 0 {
-		res, acked, err = c.scriptWithWait(ctx, k, ac, call)
-	} else {
-		res, err = call.Run(ctx, c.rdb).Slice()
-	}
+	res, acked, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.ttl, Owner: c.cfg.owner,
+		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime}))
 	if err != nil {
 		// A lost reply may have granted the lock; an error reply of a
 		// queued attempt wrote nothing, but an earlier attempt of the
@@ -194,15 +183,15 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		}
 		if isServerReply(err) {
 			if cerr := c.serverVerdictNow(); cerr != nil {
-				return nil, busy{}, opError("acquire", name, cerr) // why the scripts fail there
+				return attemptResult{err: opError("acquire", name, cerr)} // why the scripts fail there
 			}
 		}
-		return nil, busy{}, opError("acquire", name, redisError(err))
+		return attemptResult{err: opError("acquire", name, redisError(err))}
 	}
-	g, perr := node.ParseGrant(res)
-	if perr != nil {
+	g, err := node.ParseGrant(res)
+	if err != nil {
 		c.giveBack(ctx, k, token, ac.ttl)
-		return nil, busy{}, opError("acquire", name, perr)
+		return attemptResult{err: opError("acquire", name, err)}
 	}
 	// Once per client, in the background and only once the server has
 	// answered: refuse a server too old for dlock, and warn of an eviction
@@ -211,11 +200,12 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		if g.OK || queue {
 			c.giveBack(ctx, k, token, ac.ttl) // a grant, or a place in line
 		}
-		return nil, busy{}, opError("acquire", name, cerr)
+		return attemptResult{err: opError("acquire", name, cerr)}
 	}
 	if !g.OK {
-		b := busy{ttl: time.Duration(g.HolderTTL) * time.Millisecond, fence: g.HolderFence}
-		return nil, b, opError("acquire", name, &NotObtainedError{Name: name, HolderTTL: b.ttl})
+		ttl := time.Duration(g.HolderTTL) * time.Millisecond
+		return attemptResult{busy: true, holderTTL: ttl, holderFence: g.HolderFence,
+			err: opError("acquire", name, &NotObtainedError{Name: name, HolderTTL: ttl})}
 	}
 	// Too few replicas is reported as such (the WAIT that came with the
 	// script may itself have made the reply late).
@@ -228,15 +218,35 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		// the caller is told it did not get the lock. A waiter goes on
 		// waiting, with a fresh token.
 		c.giveBack(ctx, k, token, ac.ttl)
-		return nil, busy{}, opError("acquire", name, &NotObtainedError{Name: name, late: took, lease: ac.ttl})
+		return attemptResult{late: true, err: opError("acquire", name, &NotObtainedError{Name: name, late: took, lease: ac.ttl})}
 	}
 	l := c.newLock(ctx, name, k, token, g.Fence, ac, sent)
 	if ac.replicas > 0 {
 		if err := c.checkReplicated(ctx, l, ac, acked); err != nil {
-			return nil, busy{}, err
+			return attemptResult{err: err}
 		}
 	}
-	return l, busy{}, nil
+	return attemptResult{lock: l}
+}
+
+// sendAcquire runs the acquire script; with WithReplicas, WAIT follows it in
+// one pipeline on one connection, since Redis refuses WAIT inside a script
+// and WAIT counts the writes of the connection it is sent on. acked is the
+// number of replicas that acknowledged.
+func (c *Client) sendAcquire(ctx context.Context, k node.Keys, ac acquireConfig, call node.Call) (res []any, acked int64, err error) {
+	if ac.replicas == 0 {
+		res, err = call.Run(ctx, c.rdb).Slice()
+		return res, 0, err
+	}
+	reply, acked, err := c.withWait(ctx, k.Lock, ac, call)
+	if err != nil {
+		return nil, 0, err
+	}
+	res, ok := reply.([]any)
+	if !ok {
+		return nil, 0, fmt.Errorf("unexpected reply %v", reply)
+	}
+	return res, acked, nil
 }
 
 // isServerReply reports whether err is an error reply of Redis: the command
@@ -280,197 +290,13 @@ func (c *Client) giveBack(ctx context.Context, k node.Keys, token string, ttl ti
 	}()
 }
 
-// waiterRenew is how often a waiter renews its entry in the Redis queue, and
-// waiterAlive how long the entry counts as alive without renewal. Renewing
-// at most every TTL/4 keeps a handed-over lease well known: the hand-off
-// happened after the last renewal that found us still waiting.
-func waiterRenew(ttl time.Duration) time.Duration {
-	return min(max(ttl/4, 10*time.Millisecond), time.Second)
-}
-
-func waiterAlive(ttl time.Duration) time.Duration { return 3 * waiterRenew(ttl) }
-
-// queueExpiry is how long a name's waiter queue outlives its last renewed
-// entry: twice the longest an entry lives (waiterAlive is at most 3s).
-const queueExpiry = 6 * time.Second
-
-// waitInLine is the wait of the first local waiter of a name: the one that
-// talks to Redis for this process.
-//
-// Until Redis confirms the subscription to this client's hand-off channel the
-// waiter makes plain attempts on its timer, without queueing: a hand-off
-// published before the confirmation would be missed. Once confirmed, its
-// attempts queue it in Redis, and a release hands the lock over with a
-// message "token:fence".
-//
-// The message travels on the pub/sub connection, the replies on another: a
-// message published before an attempt ran can be read after that attempt's
-// reply. A busy reply carries the holder's fence, so a hand-off whose fence is
-// not above the largest such fence seen happened before that attempt, and
-// was lost since (the lease ran out while this process stalled, and somebody
-// else took the lock): it is ignored. A newer one happened after every busy
-// attempt, so its lease started after the last one was sent.
-func (c *Client) waitInLine(ctx, wctx context.Context, name string, k node.Keys, ac acquireConfig, q *localQueue) (*redisLock, error) {
-	sub, err := c.notify.subscribe(wctx, k.Handoff+c.id)
-	if err != nil {
-		return nil, opError("acquire", name, redisError(err))
-	}
-	defer c.notify.unsubscribe(sub)
-
-	token := newToken()
-	var (
-		queued   bool      // an attempt may have put token in the Redis queue
-		seen     int64     // the largest holder fence of a queued busy reply
-		lastSeen time.Time // send time of the last queued busy attempt
-	)
-	for {
-		confirmed := c.notify.confirmed(sub)
-		queued = queued || confirmed
-		sent := time.Now()
-		l, b, err := c.attempt(wctx, name, k, ac, token, confirmed)
-		if l != nil {
-			return l, nil
-		}
-		if !isBusy(err) {
-			// attempt has given the token up, queue entry included.
-			return nil, c.waitError(ctx, wctx, name, q.holderTTL(), err)
-		}
-		if lateGrant(err) {
-			// The grant came too late and was given up: try again at
-			// once, with a fresh token.
-			token, queued = newToken(), false
-			continue
-		}
-		if confirmed {
-			seen, lastSeen = max(seen, b.fence), sent
-		}
-		q.setHolderTTL(b.ttl)
-		ready := sub.ready
-		if confirmed {
-			ready = nil
-		}
-		timer := time.NewTimer(wakeAfter(b.ttl, ac.ttl))
-	wait:
-		for {
-			select {
-			case msg := <-sub.msgs:
-				fence, ok := handedTo(msg, token)
-				if !ok || !queued || fence <= seen {
-					continue // for another waiter of this process, or stale
-				}
-				timer.Stop()
-				l, err := c.handedOver(ctx, name, k, token, fence, ac, lastSeen)
-				if !errors.Is(err, ErrNotHeld) {
-					return l, err
-				}
-				// The handed-over lease ran out before it could be
-				// confirmed: that hand-off is over; wait on, with a
-				// fresh token (the failed one was released).
-				seen, token, queued = max(seen, fence), newToken(), false
-				break wait
-			case <-ready:
-				timer.Stop()
-				break wait // queue now
-			case <-timer.C:
-				break wait
-			case <-wctx.Done():
-				timer.Stop()
-				if queued {
-					// In the background: the caller's wait is over, and
-					// a Redis that stopped answering must not hold it up
-					// for the release timeout. A late attempt of token
-					// is refused once it is withdrawn.
-					c.giveBack(ctx, k, token, ac.ttl)
-				}
-				return nil, c.gaveUp(ctx, name, q.holderTTL())
-			}
-		}
-	}
-}
-
-// wakeAfter is when a waiter checks again without a message: when the
-// holder's lease would run out (a crashed holder publishes nothing), and no
-// later than its renewal time, with jitter so waiters of many processes do
-// not arrive together.
-func wakeAfter(holder, ttl time.Duration) time.Duration {
-	renew := waiterRenew(ttl)
-	d := renew - time.Duration(rand.Int64N(int64(renew)/5+1))
-	if holder > 0 && holder+time.Millisecond < d {
-		d = holder + time.Millisecond
-	}
-	return d
-}
-
-// handedTo parses a hand-off message "token:fence" meant for token.
-func handedTo(msg, token string) (int64, bool) {
-	t, f, ok := strings.Cut(msg, ":")
-	if !ok || t != token {
-		return 0, false
-	}
-	fence, err := strconv.ParseInt(f, 10, 64)
-	return fence, err == nil
-}
-
-// handedOver makes the Lock a release handed to us. Its lease started after
-// lastSeen; when too little of it is known to be left, it is refreshed before
-// the caller starts work. An error matching ErrNotHeld means the hand-off's
-// lease ran out before it was confirmed: the caller waits on.
-func (c *Client) handedOver(ctx context.Context, name string, k node.Keys, token string, fence int64, ac acquireConfig, lastSeen time.Time) (*redisLock, error) {
-	l := c.newLock(ctx, name, k, token, fence, ac, lastSeen)
-	fail := func(err error) (*redisLock, error) {
-		// Nobody else can release this lock: do it before giving up, or it
-		// stays held and renewed with no owner.
-		_ = l.Release(context.WithoutCancel(ctx))
-		return nil, err
-	}
-	if ac.replicas > 0 {
-		// The releaser wrote the hand-off on its own connection; a WAIT
-		// after our refresh on ours covers it too, replication being in
-		// order.
-		acked, err := c.refreshWithWait(ctx, l, ac)
-		if err == nil {
-			err = c.checkReplicated(ctx, l, ac, acked)
-		}
-		if err != nil {
-			return fail(err)
-		}
-		return l, nil
-	}
-	if time.Since(lastSeen) > ac.ttl/2 {
-		if err := l.Refresh(ctx, ac.ttl); err != nil {
-			return fail(err)
-		}
-	}
-	return l, nil
-}
-
 // withdraw leaves the Redis queue after giving up. If a release handed us
 // the lock in the meantime, the same script releases it to the next waiter.
 // It runs on a fresh context: the caller's has ended.
 func (c *Client) withdraw(ctx context.Context, k node.Keys, token string) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.releaseTimeout)
+	rctx, cancel := c.cleanupContext(ctx)
 	defer cancel()
 	_, err := c.releaseScript(rctx, k, token, true, releaseRecordTTL)
-	return err
-}
-
-func isBusy(err error) bool {
-	var b *NotObtainedError
-	return errors.As(err, &b)
-}
-
-// lateGrant reports whether err is an attempt's grant whose reply came after
-// its lease had run out.
-func lateGrant(err error) bool {
-	var b *NotObtainedError
-	return errors.As(err, &b) && b.late > 0
-}
-
-// waitError turns the end of a wait into the error Acquire returns.
-func (c *Client) waitError(ctx, wctx context.Context, name string, holder time.Duration, err error) error {
-	if err != nil && wctx.Err() != nil {
-		return c.gaveUp(ctx, name, holder)
-	}
 	return err
 }
 

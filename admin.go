@@ -71,7 +71,9 @@ func (c *Client) List(ctx context.Context, match string, limit int) ([]LockInfo,
 	}
 	var err error
 	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		var mu sync.Mutex // primaries are scanned in parallel; names is shared
+		// ForEachMaster calls fn on all primaries at once; mu makes the
+		// scans take turns, since names, seen and the limit are shared.
+		var mu sync.Mutex
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 			mu.Lock()
 			defer mu.Unlock()

@@ -8,7 +8,7 @@ func LocalWaiters(c *Client, name string) int {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if q := c.queues[name]; q != nil {
-		return len(q.waiters)
+		return len(q.turns)
 	}
 	return 0
 }

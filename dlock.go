@@ -16,13 +16,15 @@ import (
 )
 
 // Client hands out locks on one Redis deployment. Make one per process and
-// share it: it is safe for concurrent use, and later it owns the background
-// work (renewal, wake-ups) that all its locks share.
+// share it: it is safe for concurrent use, and it owns the background work
+// that all its locks share (the renewal loop, the pub/sub sessions of
+// waiters, tokens being given back).
 type Client struct {
 	rdb    redis.UniversalClient
 	cfg    config
 	closed atomic.Bool
-	// closing ends the waits under way when Close is called.
+	// closing is cancelled by Close: it ends the waits under way and the
+	// retries of the background work.
 	closing    context.Context
 	closeWaits context.CancelFunc
 
@@ -35,7 +37,9 @@ type Client struct {
 	queues map[string]*localQueue // goroutines of this process waiting per name
 
 	renewer *renewer
-	bg      sync.WaitGroup // grants given back after a lost reply; Add under hmu
+	// bg counts the background goroutines Close waits for: tokens given
+	// back (giveBack) and the server check. Add under hmu.
+	bg sync.WaitGroup
 
 	hmu  sync.Mutex
 	held map[*redisLock]struct{} // locks not yet released or lost, for Close
@@ -44,12 +48,6 @@ type Client struct {
 
 	server serverCheck // checkServer's verdict on the Redis server
 }
-
-// The clients New accepts: standalone, Cluster and Sentinel (failover).
-var (
-	_ redis.UniversalClient = (*redis.Client)(nil)
-	_ redis.UniversalClient = (*redis.ClusterClient)(nil)
-)
 
 // New returns a Client that keeps its locks in rdb. rdb may be a
 // *redis.Client, a *redis.ClusterClient or a failover client from

@@ -9,7 +9,8 @@ import (
 	"github.com/dlock-go/dlock/internal/node"
 )
 
-// Lock is one acquisition of a named lock. It is safe for concurrent use.
+// redisLock is the Lock a Client hands out: one acquisition of a named
+// lock. It is safe for concurrent use.
 //
 // Its token identifies this acquisition only: Release, Refresh and TTL act
 // in Redis only while the stored token is still this one, so a holder whose
@@ -30,9 +31,12 @@ type redisLock struct {
 
 	values context.Context // the acquirer's context without its cancellation
 
-	releaseMu sync.Mutex // one Release at a time
+	// releaseMu lets one Release run at a time, across its round trip.
+	// The lock order: releaseMu, then mu, then the renewer's mu (see
+	// renewer.mu); never the other way round.
+	releaseMu sync.Mutex
 
-	mu    sync.Mutex
+	mu    sync.Mutex // guards the fields below
 	state lockState
 	ttl   time.Duration // the lease each renewal asks for: WithTTL, or the last Refresh
 	// leased is the send time of the latest confirmed acquire, renewal or
@@ -53,11 +57,6 @@ type redisLock struct {
 	// callers of Acquire never ask for it, and it costs allocations.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-
-	// Owned by the renewal loop, under renewer.mu.
-	next     time.Time // when to renew next
-	index    int       // position in the renewal heap, -1 when not in it
-	failures int       // renewals in a row that got no answer
 }
 
 type lockState int
@@ -70,7 +69,7 @@ const (
 
 func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token string, fence int64, ac acquireConfig, sent time.Time) *redisLock {
 	l := &redisLock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, start: sent, ttl: ac.ttl,
-		leased: sent, until: leaseEnd(sent, ac.ttl), index: -1}
+		leased: sent, until: leaseEnd(sent, ac.ttl)}
 	if ac.maxHold > 0 {
 		l.maxHold, l.hold = ac.maxHold, sent.Add(ac.maxHold)
 	}
@@ -84,10 +83,8 @@ func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token st
 	c.track(l)
 	l.mu.Lock()
 	l.deadline = time.AfterFunc(l.leaseLeft(), l.leaseEnded)
+	l.renewLater()
 	l.mu.Unlock()
-	if l.renew {
-		c.renewer.add(l)
-	}
 	return l
 }
 
@@ -179,16 +176,16 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	if !ok {
 		if !l.isReleasing() {
-			l.lose(ReasonTakenOver, fmt.Errorf("%w: refresh found the lock gone or taken over", ErrLockLost))
+			l.end(lost, ReasonTakenOver, fmt.Errorf("%w: refresh found the lock gone or taken over", ErrLockLost))
 		}
 		return opError("refresh", l.name, ErrNotHeld)
 	}
 	if !l.confirm(sent, ttl, true) {
 		return opError("refresh", l.name, fmt.Errorf("%w: %w", ErrNotHeld, context.Cause(l.Context())))
 	}
-	if l.renew {
-		l.c.renewer.reschedule(l)
-	}
+	l.mu.Lock()
+	l.renewLater()
+	l.mu.Unlock()
 	return nil
 }
 
@@ -218,7 +215,7 @@ func (l *redisLock) release(ctx context.Context) error {
 	}
 	l.c.renewer.remove(l)
 	l.setReleasing(true)
-	res, err := l.c.runRelease(ctx, l.keys, l.token)
+	res, err := l.c.releaseScript(ctx, l.keys, l.token, false, releaseRecordTTL)
 	if err != nil {
 		l.setReleasing(false)
 	}
@@ -254,17 +251,13 @@ func (l *redisLock) release(ctx context.Context) error {
 	return err
 }
 
-// runRelease runs the release script: it frees the lock if token still holds
-// it and hands it to the first live waiter.
-func (c *Client) runRelease(ctx context.Context, k node.Keys, token string) (int64, error) {
-	return c.releaseScript(ctx, k, token, false, releaseRecordTTL)
-}
-
-// releaseScript runs the release script. dropEntry also removes token's
-// queue entry (a waiter that gives up); record 0 leaves no release record.
+// releaseScript runs the release script: it frees the lock if token still
+// holds it and hands it to the first live waiter. dropEntry also removes
+// token's queue entry (a waiter that gives up); record 0 leaves no release
+// record (a forced unlock).
 func (c *Client) releaseScript(ctx context.Context, k node.Keys, token string, dropEntry bool, record time.Duration) (int64, error) {
 	return node.Release(k, token, node.ReleaseArgs{Record: record, GiveUp: dropEntry,
-		Sharded: c.notify.sharded(), FenceLifetime: c.cfg.fenceLifetime}).Run(ctx, c.rdb).Int64()
+		Sharded: c.notify.channels.sharded(), FenceLifetime: c.cfg.fenceLifetime}).Run(ctx, c.rdb).Int64()
 }
 
 // releaseRecordTTL is how long Redis keeps the record of a token's release, so
@@ -303,120 +296,4 @@ func (l *redisLock) is(s lockState) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state == s
-}
-
-// leaseMargin is taken off every lease before it counts as ours: Redis'
-// clock may run a little fast, and cancelling the holder's context takes a
-// moment to reach the work. A tenth of the TTL, at least a millisecond.
-func leaseMargin(ttl time.Duration) time.Duration {
-	return max(ttl/10, time.Millisecond)
-}
-
-// capAtHold cuts a lease of ttl asked for at now so that it ends at the hold
-// limit (WithMaxHold) at the latest: such a lease is the last one, and its
-// deadline ends the lock. It reports false when the limit leaves no whole
-// millisecond. l.mu must be held.
-func (l *redisLock) capAtHold(now time.Time, ttl time.Duration) (time.Duration, bool) {
-	if l.hold.IsZero() {
-		return ttl, true
-	}
-	left := l.hold.Sub(now).Truncate(time.Millisecond)
-	if left >= ttl {
-		return ttl, true
-	}
-	l.holdDone = true
-	return left, left >= time.Millisecond
-}
-
-// leaseEnd is the deadline of a lease of ttl confirmed by a command sent at
-// sent.
-func leaseEnd(sent time.Time, ttl time.Duration) time.Time {
-	return sent.Add(ttl - leaseMargin(ttl))
-}
-
-// leaseLeft is how long the lease is known to be ours. l.mu must be held.
-func (l *redisLock) leaseLeft() time.Duration { return time.Until(l.until) }
-
-// confirm records a lease of ttl that Redis confirmed, sent at sent, and
-// moves the deadline if the lease ends later than the one known. setTTL makes
-// ttl the one later renewals ask for (a Refresh). A confirmation that arrives
-// after the lock ended does not revive it: it reports false.
-func (l *redisLock) confirm(sent time.Time, ttl time.Duration, setTTL bool) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state != held {
-		return false
-	}
-	if setTTL {
-		l.ttl = ttl
-	}
-	if sent.After(l.leased) {
-		l.leased = sent
-	}
-	if end := leaseEnd(sent, ttl); end.After(l.until) {
-		l.until = end
-		l.deadline.Reset(l.leaseLeft())
-	}
-	return true
-}
-
-// leaseEnded runs on the deadline timer: no renewal was confirmed in time.
-func (l *redisLock) leaseEnded() {
-	l.mu.Lock()
-	if l.state != held {
-		l.mu.Unlock()
-		return
-	}
-	if left := l.leaseLeft(); left > 0 {
-		// A renewal moved the deadline while this timer was firing.
-		l.deadline.Reset(left)
-		l.mu.Unlock()
-		return
-	}
-	var cause error
-	reason := ReasonExpired
-	switch {
-	case l.holdDone:
-		reason = ReasonHoldLimit
-		cause = fmt.Errorf("%w: %w of %v reached", ErrLockLost, ErrHoldLimit, l.maxHold)
-	case !l.renew:
-		cause = fmt.Errorf("%w: lease of %v ran out (renewal off)", ErrLockLost, l.ttl)
-	default:
-		cause = fmt.Errorf("%w: no renewal confirmed before the lease deadline", ErrLockLost)
-	}
-	l.mu.Unlock()
-	l.lose(reason, cause)
-}
-
-// lose marks the lock lost and cancels its context with cause.
-func (l *redisLock) lose(reason Reason, cause error) {
-	l.end(lost, reason, cause)
-}
-
-// end moves a held lock to released or lost, once; a loss is reported to
-// the observers.
-func (l *redisLock) end(to lockState, reason Reason, cause error) {
-	l.mu.Lock()
-	from := l.state
-	if from == released || (from == lost && to == lost) {
-		l.mu.Unlock()
-		return
-	}
-	l.state = to
-	if l.cause == nil {
-		l.cause = cause
-	}
-	l.deadline.Stop()
-	cancel := l.cancel
-	l.mu.Unlock()
-	// Observers first: whoever wakes on the context finds the metrics and
-	// logs already telling of the loss.
-	if to == lost {
-		l.c.cfg.observers.lost(LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), Cause: cause})
-	}
-	if cancel != nil {
-		cancel(cause)
-	}
-	l.c.renewer.remove(l)
-	l.c.untrack(l)
 }

@@ -9,14 +9,12 @@ import (
 // name, in arrival order. Only the first talks to Redis; the others wait for
 // their turn here, so a release never wakes a herd.
 type localQueue struct {
-	waiters []*localWaiter // guarded by Client.qmu
+	// turns has one channel per waiting goroutine, in arrival order,
+	// closed when that goroutine is first in line. Guarded by Client.qmu.
+	turns []chan struct{}
 
 	mu     sync.Mutex
 	holder time.Duration // the holder's lease at the last attempt
-}
-
-type localWaiter struct {
-	turn chan struct{} // closed when this waiter is first in line
 }
 
 func (q *localQueue) setHolderTTL(d time.Duration) {
@@ -39,37 +37,40 @@ func (c *Client) waitersOf(name string) bool {
 	return c.queues[name] != nil
 }
 
-func (c *Client) joinLocal(name string) (*localQueue, *localWaiter) {
+// joinLocal lines the calling goroutine up for name: the returned turn is
+// closed when it is first in line.
+func (c *Client) joinLocal(name string) (q *localQueue, turn chan struct{}) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	q := c.queues[name]
+	q = c.queues[name]
 	if q == nil {
 		q = &localQueue{}
 		c.queues[name] = q
 	}
-	w := &localWaiter{turn: make(chan struct{})}
-	q.waiters = append(q.waiters, w)
-	if len(q.waiters) == 1 {
-		close(w.turn)
+	turn = make(chan struct{})
+	q.turns = append(q.turns, turn)
+	if len(q.turns) == 1 {
+		close(turn)
 	}
-	return q, w
+	return q, turn
 }
 
-// leaveLocal removes w, and gives the turn to the next waiter when w had it.
-func (c *Client) leaveLocal(name string, q *localQueue, w *localWaiter) {
+// leaveLocal takes turn out of the line, and gives the turn to the next
+// waiter when turn had it.
+func (c *Client) leaveLocal(name string, q *localQueue, turn chan struct{}) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	for i, x := range q.waiters {
-		if x != w {
+	for i, t := range q.turns {
+		if t != turn {
 			continue
 		}
-		q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
-		if i == 0 && len(q.waiters) > 0 {
-			close(q.waiters[0].turn)
+		q.turns = append(q.turns[:i], q.turns[i+1:]...)
+		if i == 0 && len(q.turns) > 0 {
+			close(q.turns[0])
 		}
 		break
 	}
-	if len(q.waiters) == 0 {
+	if len(q.turns) == 0 {
 		delete(c.queues, name)
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock/internal/node"
 )
 
@@ -25,14 +23,29 @@ import (
 type renewer struct {
 	c *Client
 
+	// mu guards the renewer's own state. The lock order: a Lock's mu
+	// before this one, never the other way round. schedule runs under the
+	// Lock's mu so that end, which marks the lock ended under it and then
+	// calls forget, cannot come between the check that the lock is held and
+	// its entry going into the heap; the loop reads a Lock's fields only
+	// while it holds no mu of its own.
 	mu      sync.Mutex
-	due     lockHeap
+	entries map[*redisLock]*entry // every lock renewed and not yet ended
+	due     entryHeap
 	kick    chan struct{} // a new lock is due earlier than the loop sleeps
 	wakeAt  time.Time     // when the sleeping loop wakes by itself
 	running bool
 	closed  bool
 	wg      sync.WaitGroup
 	stop    chan struct{}
+}
+
+// entry is the renewer's bookkeeping of one lock, under renewer.mu.
+type entry struct {
+	l        *redisLock
+	next     time.Time // when to renew next
+	failures int       // renewals in a row that got no answer
+	index    int       // position in due, -1 when not in it
 }
 
 const (
@@ -46,7 +59,7 @@ const (
 )
 
 func newRenewer(c *Client) *renewer {
-	return &renewer{c: c, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	return &renewer{c: c, entries: map[*redisLock]*entry{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
 // renewAt is when a lease confirmed at leased with ttl is renewed: after a
@@ -55,27 +68,24 @@ func renewAt(leased time.Time, ttl time.Duration) time.Time {
 	return leased.Add(ttl / 3)
 }
 
-func (r *renewer) add(l *redisLock) {
-	l.mu.Lock()
-	next := renewAt(l.leased, l.ttl)
-	l.mu.Unlock()
-	r.schedule(l, next)
-}
-
-// reschedule moves a lock's next renewal after a manual Refresh.
-func (r *renewer) reschedule(l *redisLock) { r.add(l) }
-
+// schedule has l renewed at next, unless l has ended. The caller holds l.mu
+// (see renewer.mu).
 func (r *renewer) schedule(l *redisLock, next time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || !l.is(held) {
+	if r.closed || l.state != held {
 		return
 	}
-	l.next = next
-	if l.index >= 0 {
-		heap.Fix(&r.due, l.index)
+	e := r.entries[l]
+	if e == nil {
+		e = &entry{l: l, index: -1}
+		r.entries[l] = e
+	}
+	e.next = next
+	if e.index >= 0 {
+		heap.Fix(&r.due, e.index)
 	} else {
-		heap.Push(&r.due, l)
+		heap.Push(&r.due, e)
 	}
 	if !r.running {
 		r.running = true
@@ -85,20 +95,46 @@ func (r *renewer) schedule(l *redisLock, next time.Time) {
 	}
 	// Wake the loop only when it would sleep past this lock's renewal: a
 	// wake-up per acquisition costs an uncontended lock a context switch.
-	if l.next.Before(r.wakeAt) {
+	if next.Before(r.wakeAt) {
 		r.wakeLoop()
 	}
 }
 
+// again schedules l's next renewal from the loop, which holds no Lock's mu:
+// it takes l.mu, as schedule needs.
+func (r *renewer) again(l *redisLock, next time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r.schedule(l, next)
+}
+
+// remove stops renewing l: Release calls it before it runs. A renewal of l
+// under way still schedules the next one if l is then held (a Release that
+// failed), as does a Refresh.
 func (r *renewer) remove(l *redisLock) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if l.index < 0 {
-		return
+	if e := r.entries[l]; e != nil {
+		r.unqueue(e)
 	}
-	// The loop may sleep until this lock's renewal; it then wakes once
-	// for nothing, which is cheaper than waking it now.
-	heap.Remove(&r.due, l.index)
+}
+
+// forget drops l for good: it has ended, so nothing schedules it again.
+func (r *renewer) forget(l *redisLock) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.entries[l]; e != nil {
+		r.unqueue(e)
+		delete(r.entries, l)
+	}
+}
+
+// unqueue takes e out of the heap. The loop may sleep until e's renewal; it
+// then wakes once for nothing, which is cheaper than waking it now.
+func (r *renewer) unqueue(e *entry) {
+	if e.index >= 0 {
+		heap.Remove(&r.due, e.index)
+	}
 }
 
 func (r *renewer) wakeLoop() {
@@ -180,37 +216,37 @@ func (r *renewer) idle(timer *time.Timer) bool {
 	return false
 }
 
-// takeDue pops the locks due now or within the batch slack.
-func (r *renewer) takeDue() []*redisLock {
+// takeDue pops the entries due now or within the batch slack.
+func (r *renewer) takeDue() []*entry {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	horizon := time.Now().Add(renewBatchSlack)
-	var batch []*redisLock
+	var batch []*entry
 	for len(r.due) > 0 && len(batch) < renewBatchMax && !r.due[0].next.After(horizon) {
-		batch = append(batch, heap.Pop(&r.due).(*redisLock))
+		batch = append(batch, heap.Pop(&r.due).(*entry))
 	}
 	return batch
 }
 
 // renewal is one lock's part of a pipeline.
 type renewal struct {
-	l    *redisLock
-	ttl  time.Duration
-	sent time.Time
-	cmd  *redis.Cmd
+	e   *entry
+	ttl time.Duration
 }
 
 // renew extends the batch's leases in one pipeline and schedules each lock
 // again: a third of its TTL later on success, sooner with backoff on error.
 // A lock found gone or taken over is lost at once.
-func (r *renewer) renew(batch []*redisLock) {
+func (r *renewer) renew(batch []*entry) {
 	if len(batch) == 0 {
 		return
 	}
 	now := time.Now()
-	var jobs []*renewal
+	var jobs []renewal
+	var calls []node.Call
 	var last time.Time // the latest deadline of the batch bounds the pipeline
-	for _, l := range batch {
+	for _, e := range batch {
+		l := e.l
 		l.mu.Lock()
 		ttl, ok := l.capAtHold(now, l.ttl)
 		deadline := l.until
@@ -222,74 +258,52 @@ func (r *renewer) renew(batch []*redisLock) {
 			continue // the deadline timer is ending this lock; renewing now could revive a lease we already gave up
 		}
 		last = maxTime(last, deadline)
-		jobs = append(jobs, &renewal{l: l, ttl: ttl})
+		jobs = append(jobs, renewal{e: e, ttl: ttl})
+		calls = append(calls, node.Refresh(l.keys, l.token, ttl))
 	}
 	if len(jobs) == 0 {
 		return
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), last)
 	defer cancel()
-	r.send(ctx, jobs, false)
-
-	// Scripts are gone after SCRIPT FLUSH or a restart: send those again
-	// with their source.
-	var again []*renewal
-	for _, j := range jobs {
-		if redis.HasErrorPrefix(j.cmd.Err(), "NOSCRIPT") {
-			again = append(again, j)
-		}
+	replies := node.Pipeline(ctx, r.c.rdb, calls, nil)
+	for i, j := range jobs {
+		r.settle(j, replies[i])
 	}
-	if len(again) > 0 {
-		r.send(ctx, again, true)
-	}
-
-	for _, j := range jobs {
-		r.settle(j)
-	}
-}
-
-func (r *renewer) send(ctx context.Context, jobs []*renewal, source bool) {
-	pipe := r.c.rdb.Pipeline()
-	sent := time.Now()
-	for _, j := range jobs {
-		j.sent = sent
-		j.cmd = node.Refresh(j.l.keys, j.l.token, j.ttl).Queue(ctx, pipe, source)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
 }
 
 // settle applies one renewal's answer.
-func (r *renewer) settle(j *renewal) {
-	l := j.l
-	ok, err := j.cmd.Int64()
+func (r *renewer) settle(j renewal, reply node.Reply) {
+	l := j.e.l
+	ok, err := reply.Int64()
 	switch {
 	case err == nil && ok == 1:
 		r.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultOK})
-		l.confirm(j.sent, j.ttl, false)
+		l.confirm(reply.Sent, j.ttl, false)
 		r.mu.Lock()
-		l.failures = 0
+		j.e.failures = 0
 		r.mu.Unlock()
 		l.mu.Lock()
 		last := l.holdDone
 		l.mu.Unlock()
 		if !last {
-			r.schedule(l, renewAt(j.sent, j.ttl))
+			r.again(l, renewAt(reply.Sent, j.ttl))
 		}
 	case err == nil && l.isReleasing():
 		// Our own Release ran first: not a loss.
 	case err == nil:
 		r.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultLost})
-		l.lose(ReasonTakenOver, fmt.Errorf("%w: renewal found the lock gone or taken over", ErrLockLost))
+		l.end(lost, ReasonTakenOver, fmt.Errorf("%w: renewal found the lock gone or taken over", ErrLockLost))
 	default:
 		r.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultError, Err: err})
 		// Unanswered: try again soon, with backoff. The deadline timer
 		// ends the lock if no renewal gets through in time.
 		r.mu.Lock()
-		l.failures++
-		n := min(l.failures, 5)
+		j.e.failures++
+		n := min(j.e.failures, 5)
 		r.mu.Unlock()
 		backoff := max(j.ttl/30, 5*time.Millisecond) << (n - 1)
-		r.schedule(l, time.Now().Add(min(backoff, j.ttl/3)))
+		r.again(l, time.Now().Add(min(backoff, j.ttl/3)))
 	}
 }
 
@@ -300,25 +314,25 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// lockHeap orders locks by their next renewal.
-type lockHeap []*redisLock
+// entryHeap orders entries by their next renewal.
+type entryHeap []*entry
 
-func (h lockHeap) Len() int           { return len(h) }
-func (h lockHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
-func (h lockHeap) Swap(i, j int) {
+func (h entryHeap) Len() int           { return len(h) }
+func (h entryHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h entryHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index, h[j].index = i, j
 }
-func (h *lockHeap) Push(x any) {
-	l := x.(*redisLock)
-	l.index = len(*h)
-	*h = append(*h, l)
+func (h *entryHeap) Push(x any) {
+	e := x.(*entry)
+	e.index = len(*h)
+	*h = append(*h, e)
 }
-func (h *lockHeap) Pop() any {
+func (h *entryHeap) Pop() any {
 	old := *h
-	l := old[len(old)-1]
+	e := old[len(old)-1]
 	old[len(old)-1] = nil
-	l.index = -1
+	e.index = -1
 	*h = old[:len(old)-1]
-	return l
+	return e
 }

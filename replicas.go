@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,12 +25,10 @@ func WithReplicas(n int, timeout time.Duration) AcquireOption {
 }
 
 // refreshWithWait refreshes a handed-over lock and waits for replicas in one
-// pipeline, like scriptWithWait.
+// pipeline, as sendAcquire does for an acquisition.
 func (c *Client) refreshWithWait(ctx context.Context, l *redisLock, ac acquireConfig) (int64, error) {
 	sent := time.Now()
-	res, acked, err := c.withWait(ctx, l.keys.Lock, ac, func(pipe redis.Pipeliner, source bool) *redis.Cmd {
-		return node.Refresh(l.keys, l.token, ac.ttl).Queue(ctx, pipe, source)
-	})
+	res, acked, err := c.withWait(ctx, l.keys.Lock, ac, node.Refresh(l.keys, l.token, ac.ttl))
 	if err != nil {
 		return 0, opError("acquire", l.name, redisError(err))
 	}
@@ -44,54 +41,30 @@ func (c *Client) refreshWithWait(ctx context.Context, l *redisLock, ac acquireCo
 	return acked, nil
 }
 
-// scriptWithWait runs the acquire script and WAIT on one connection in one
-// pipeline: Redis refuses WAIT inside a script, and WAIT counts the writes of
-// the connection it is sent on.
-func (c *Client) scriptWithWait(ctx context.Context, k node.Keys, ac acquireConfig, call node.Call) ([]any, int64, error) {
-	res, acked, err := c.withWait(ctx, k.Lock, ac, func(pipe redis.Pipeliner, source bool) *redis.Cmd {
-		return call.Queue(ctx, pipe, source)
-	})
-	if err != nil {
-		return nil, 0, err
-	}
-	reply, ok := res.([]any)
-	if !ok {
-		return nil, 0, fmt.Errorf("unexpected reply %v", res)
-	}
-	return reply, acked, nil
-}
-
-// withWait sends script (by SHA, or by source after NOSCRIPT) and WAIT in
-// one pipeline on the connection of key's node, and returns the script's
-// reply and the number of replicas that acknowledged.
-func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, script func(pipe redis.Pipeliner, source bool) *redis.Cmd) (any, int64, error) {
+// withWait sends call and WAIT in one pipeline on the connection of key's
+// node, and returns the call's reply and the number of replicas that
+// acknowledged.
+func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, call node.Call) (any, int64, error) {
 	var conn redis.Cmdable = c.rdb
 	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		node, err := cc.MasterForKey(ctx, key)
+		primary, err := cc.MasterForKey(ctx, key)
 		if err != nil {
 			return nil, 0, err
 		}
-		conn = node
+		conn = primary
 	}
-	run := func(source bool) (*redis.Cmd, *redis.Cmd) {
-		pipe := conn.Pipeline()
-		ev := script(pipe, source)
-		wait := pipe.Do(ctx, "WAIT", ac.replicas, ms(ac.replicaWait))
-		_, _ = pipe.Exec(ctx) // errors are read per command
-		return ev, wait
-	}
-	ev, wait := run(false)
-	if redis.HasErrorPrefix(ev.Err(), "NOSCRIPT") {
-		ev, wait = run(true)
-	}
-	if err := ev.Err(); err != nil {
+	var wait *redis.Cmd // of the last pipeline sent
+	reply := node.Pipeline(ctx, conn, []node.Call{call}, func(pipe redis.Pipeliner) {
+		wait = pipe.Do(ctx, "WAIT", ac.replicas, ms(ac.replicaWait))
+	})[0]
+	if err := reply.Err(); err != nil {
 		return nil, 0, err
 	}
 	// The script ran; a WAIT that failed confirmed nothing. Counting it as
 	// no acknowledgement lets the caller release what the script granted
 	// instead of stranding it.
 	acked, _ := wait.Int64()
-	return ev.Val(), acked, nil
+	return reply.Val(), acked, nil
 }
 
 // checkReplicated releases a lock that too few replicas acknowledged.

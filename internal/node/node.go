@@ -9,6 +9,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -65,13 +66,51 @@ func (c Call) Run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
 }
 
 // Queue adds the call to a pipeline: by SHA, or with its source (after the
-// pipeline's first try answered NOSCRIPT).
+// pipeline's first try answered NOSCRIPT). Pipeline does both.
 func (c Call) Queue(ctx context.Context, pipe redis.Pipeliner, source bool) *redis.Cmd {
 	if source {
 		return c.script.Eval(ctx, pipe, c.keys, c.args...)
 	}
 	return c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 }
+
+// Reply is one call's reply from Pipeline, and when the pipeline that
+// carried it was sent: a lease the reply confirms is dated from then.
+type Reply struct {
+	*redis.Cmd
+	Sent time.Time
+}
+
+// Pipeline sends calls in one pipeline on conn, by SHA, then the calls
+// answered NOSCRIPT (after SCRIPT FLUSH or a restart) again with their
+// source, in a second pipeline: what Run does for a single call, which
+// go-redis does not do in a pipeline. then, if not nil, queues commands
+// after the calls of each pipeline sent (WAIT, which counts the writes
+// before it on its connection). Errors are read per reply.
+func Pipeline(ctx context.Context, conn redis.Cmdable, calls []Call, then func(redis.Pipeliner)) []Reply {
+	replies := make([]Reply, len(calls))
+	send := func(source bool) {
+		pipe := conn.Pipeline()
+		sent := time.Now()
+		for i, c := range calls {
+			if source && !noScript(replies[i]) {
+				continue // answered on the first try
+			}
+			replies[i] = Reply{Cmd: c.Queue(ctx, pipe, source), Sent: sent}
+		}
+		if then != nil {
+			then(pipe)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per reply
+	}
+	send(false)
+	if slices.ContainsFunc(replies, noScript) {
+		send(true)
+	}
+	return replies
+}
+
+func noScript(r Reply) bool { return redis.HasErrorPrefix(r.Err(), "NOSCRIPT") }
 
 // AcquireArgs are the acquire script's arguments besides the token.
 type AcquireArgs struct {

@@ -1,0 +1,132 @@
+package dlock
+
+import (
+	"fmt"
+	"time"
+)
+
+// A lock's lease as this process knows it, on the local monotonic clock:
+// each lease Redis confirmed is dated from the send time of its command and
+// shortened by a margin, and the deadline timer ends the lock when no
+// confirmed lease reaches further. So this process never counts on a lease
+// that ends later than the one in Redis.
+
+// renewLater schedules the next renewal of a lock that the renewal loop
+// keeps alive: a third of its TTL after its latest confirmed lease (an
+// acquisition, a Refresh). l.mu must be held (see renewer.mu).
+func (l *redisLock) renewLater() {
+	if l.renew {
+		l.c.renewer.schedule(l, renewAt(l.leased, l.ttl))
+	}
+}
+
+// leaseMargin is taken off every lease before it counts as ours: Redis'
+// clock may run a little fast, and cancelling the holder's context takes a
+// moment to reach the work. A tenth of the TTL, at least a millisecond.
+func leaseMargin(ttl time.Duration) time.Duration {
+	return max(ttl/10, time.Millisecond)
+}
+
+// capAtHold cuts a lease of ttl asked for at now so that it ends at the hold
+// limit (WithMaxHold) at the latest: such a lease is the last one, and its
+// deadline ends the lock. It reports false when the limit leaves no whole
+// millisecond. l.mu must be held.
+func (l *redisLock) capAtHold(now time.Time, ttl time.Duration) (time.Duration, bool) {
+	if l.hold.IsZero() {
+		return ttl, true
+	}
+	left := l.hold.Sub(now).Truncate(time.Millisecond)
+	if left >= ttl {
+		return ttl, true
+	}
+	l.holdDone = true
+	return left, left >= time.Millisecond
+}
+
+// leaseEnd is the deadline of a lease of ttl confirmed by a command sent at
+// sent.
+func leaseEnd(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - leaseMargin(ttl))
+}
+
+// leaseLeft is how long the lease is known to be ours. l.mu must be held.
+func (l *redisLock) leaseLeft() time.Duration { return time.Until(l.until) }
+
+// confirm records a lease of ttl that Redis confirmed, sent at sent, and
+// moves the deadline if the lease ends later than the one known. setTTL makes
+// ttl the one later renewals ask for (a Refresh). A confirmation that arrives
+// after the lock ended does not revive it: it reports false.
+func (l *redisLock) confirm(sent time.Time, ttl time.Duration, setTTL bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held {
+		return false
+	}
+	if setTTL {
+		l.ttl = ttl
+	}
+	if sent.After(l.leased) {
+		l.leased = sent
+	}
+	if end := leaseEnd(sent, ttl); end.After(l.until) {
+		l.until = end
+		l.deadline.Reset(l.leaseLeft())
+	}
+	return true
+}
+
+// leaseEnded runs on the deadline timer: no renewal was confirmed in time.
+func (l *redisLock) leaseEnded() {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return
+	}
+	if left := l.leaseLeft(); left > 0 {
+		// A renewal moved the deadline while this timer was firing.
+		l.deadline.Reset(left)
+		l.mu.Unlock()
+		return
+	}
+	var cause error
+	reason := ReasonExpired
+	switch {
+	case l.holdDone:
+		reason = ReasonHoldLimit
+		cause = fmt.Errorf("%w: %w of %v reached", ErrLockLost, ErrHoldLimit, l.maxHold)
+	case !l.renew:
+		cause = fmt.Errorf("%w: lease of %v ran out (renewal off)", ErrLockLost, l.ttl)
+	default:
+		cause = fmt.Errorf("%w: no renewal confirmed before the lease deadline", ErrLockLost)
+	}
+	l.mu.Unlock()
+	l.end(lost, reason, cause)
+}
+
+// end moves a held lock to released or lost, once, and cancels its context
+// with cause; a loss is reported to the observers.
+func (l *redisLock) end(to lockState, reason Reason, cause error) {
+	l.mu.Lock()
+	from := l.state
+	if from == released || (from == lost && to == lost) {
+		l.mu.Unlock()
+		return
+	}
+	l.state = to
+	if l.cause == nil {
+		l.cause = cause
+	}
+	l.deadline.Stop()
+	cancel := l.cancel
+	l.mu.Unlock()
+	// Observers first: whoever wakes on the context finds the metrics and
+	// logs already telling of the loss.
+	if to == lost {
+		l.c.cfg.observers.lost(LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), Cause: cause})
+	}
+	if cancel != nil {
+		cancel(cause)
+	}
+	l.c.renewer.forget(l)
+	l.c.untrack(l)
+}
