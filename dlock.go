@@ -124,7 +124,7 @@ func (c *Client) Close(ctx context.Context) error {
 	defer cancel()
 	var errs []error
 	for _, l := range locks {
-		if err := l.release(rctx); err != nil && !errors.Is(err, ErrNotHeld) {
+		if err := l.release(rctx, errClosedRelease); err != nil && !errors.Is(err, ErrNotHeld) {
 			errs = append(errs, err)
 		}
 	}
@@ -163,6 +163,11 @@ func newToken() string {
 
 // ms converts a duration to whole milliseconds for PX/PEXPIRE.
 func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// errClosedRelease is the cause of a lock Close released: released, and not
+// by its holder, so Run reports that the work may not have been exclusive
+// to its end.
+var errClosedRelease = fmt.Errorf("%w by %w", ErrReleased, ErrClosed)
 
 // cleanupContext is the context of a release (Release, Close, the release
 // of a lock nobody may keep): ctx's values (trace ids) under the release

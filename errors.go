@@ -36,7 +36,9 @@ var (
 	// limit ended the lock; such a cause also matches ErrLockLost.
 	ErrHoldLimit = errors.New("dlock: hold limit")
 
-	// ErrReleased is the cause of a lock's context after Release.
+	// ErrReleased is the cause of a lock's context after Release. A lock
+	// that the Locker's Close released has a cause matching both
+	// ErrReleased and ErrClosed.
 	ErrReleased = errors.New("dlock: released")
 
 	// ErrClosed: the Client was closed.

@@ -203,11 +203,12 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 func (l *redisLock) Release(ctx context.Context) error {
 	rctx, cancel := l.c.cleanupContext(ctx)
 	defer cancel()
-	return l.release(rctx)
+	return l.release(rctx, ErrReleased)
 }
 
-// release is Release on the caller's context as it is.
-func (l *redisLock) release(ctx context.Context) error {
+// release is Release on the caller's context as it is; cause is what the
+// lock's context ends with.
+func (l *redisLock) release(ctx context.Context, cause error) error {
 	l.releaseMu.Lock()
 	defer l.releaseMu.Unlock()
 	if l.is(released) {
@@ -244,7 +245,7 @@ func (l *redisLock) release(ctx context.Context) error {
 		e.Result = ResultError
 	}
 	if e.Result != ResultError {
-		l.end(released, "", ErrReleased)
+		l.end(released, "", cause)
 	}
 	e.Err = err
 	l.c.cfg.observers.release(ctx, e)

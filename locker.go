@@ -82,8 +82,9 @@ func FromContext(ctx context.Context) (l Lock, ok bool) {
 // loss as its cause; it carries l, for FromContext. When l was lost while fn
 // ran, Run returns fn's error joined with an error matching ErrLockLost: the
 // work may not have been exclusive, and the caller must treat it so (retry
-// idempotently, or rely on the fence at the resource). A failed release is
-// joined the same way.
+// idempotently, or rely on the fence at the resource). A lock released under
+// fn by the Locker's Close is reported the same way, matching ErrClosed; one
+// fn released itself is not. A failed release is joined too.
 //
 // A panic in fn is not recovered: the release runs in a deferred call and
 // the panic goes on with its original value and stack.
@@ -97,13 +98,15 @@ func Run(ctx context.Context, l Lock, fn func(ctx context.Context) error) (err e
 		stop()
 		cancel(context.Canceled)
 		// fn may have released the lock itself: a clean end, not a loss.
-		releasedByFn := errors.Is(context.Cause(lctx), ErrReleased)
+		// A release by Close (the Locker shutting down) is not fn's.
+		early := context.Cause(lctx)
+		releasedByFn := errors.Is(early, ErrReleased) && !errors.Is(early, ErrClosed)
 		// The release must run even when ctx has ended: that is when
 		// deferred releases usually run.
 		relErr := l.Release(context.WithoutCancel(ctx))
 		cause := context.Cause(lctx)
 		switch {
-		case errors.Is(cause, ErrLockLost):
+		case errors.Is(cause, ErrLockLost), errors.Is(cause, ErrClosed):
 			err = errors.Join(err, &Error{Op: "do", Name: l.Name(), Err: cause})
 		case releasedByFn:
 		case errors.Is(relErr, ErrNotHeld):

@@ -138,3 +138,31 @@ func TestLockContextCarriesItself(t *testing.T) {
 		return nil
 	})
 }
+
+// Close releasing a lock under a running Do is reported: the work was not
+// exclusive to its end.
+func TestDoReportsClose(t *testing.T) {
+	_, rdb, _ := setup(t)
+	c := dlock.MustNew(rdb)
+	done := make(chan error, 1)
+	entered := make(chan struct{})
+	go func() {
+		done <- c.Do(bg, "closing", func(ctx context.Context) error {
+			close(entered)
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	<-entered
+	if err := c.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, dlock.ErrClosed) {
+			t.Fatalf("Do under Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Do did not return after Close")
+	}
+}

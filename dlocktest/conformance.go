@@ -853,8 +853,8 @@ func (s *suite) close(t *testing.T) {
 		t.Fatalf("a wait ended by Close returned a lock")
 	}
 	isOpError(t, r.err, dlock.ErrClosed, "acquire", name)
-	if cause := s.ended(t, holder.Context(), "after Close"); !errors.Is(cause, dlock.ErrReleased) {
-		t.Fatalf("held lock after Close: cause %v, want ErrReleased", cause)
+	if cause := s.ended(t, holder.Context(), "after Close"); !errors.Is(cause, dlock.ErrReleased) || !errors.Is(cause, dlock.ErrClosed) {
+		t.Fatalf("held lock after Close: cause %v, want ErrReleased and ErrClosed", cause)
 	}
 	isOpError(t, holder.Release(ctx), dlock.ErrNotHeld, "release", name)
 	lk, err := l.TryAcquire(ctx, name+"/after")

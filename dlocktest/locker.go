@@ -321,8 +321,9 @@ func (l *Locker) Waiters(name string) int {
 	return 0
 }
 
-// Close releases the locks still held (their contexts end with
-// dlock.ErrReleased; a later Release reports dlock.ErrNotHeld) and ends the
+// Close releases the locks still held (their contexts end with a cause
+// matching both dlock.ErrReleased and dlock.ErrClosed, as the Client's; a
+// later Release reports dlock.ErrNotHeld) and ends the
 // waits under way; those waits and every acquisition after Close fail with
 // an error matching dlock.ErrClosed, as with a closed Client. It returns
 // nil: there is nothing that can fail. ctx is not used; it is there so that
@@ -342,11 +343,14 @@ func (l *Locker) Close(ctx context.Context) error {
 		}
 	}
 	for lk := range l.live {
-		lk.end(released, dlock.ErrReleased)
+		lk.end(released, closedRelease)
 	}
 	clear(l.names)
 	return nil
 }
+
+// closedRelease is the cause of a lock Close released.
+var closedRelease = fmt.Errorf("%w by %w", dlock.ErrReleased, dlock.ErrClosed)
 
 func opError(op, name string, err error) error {
 	return &dlock.Error{Op: op, Name: name, Err: err}
