@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -133,13 +132,7 @@ func TestErrUnavailable(t *testing.T) {
 // longer renewed, blocking others for the rest of its TTL.
 func TestReleaseOutlivesCallersDeadline(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy, err := faultproxy.New(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb, proxy := proxied(t, srv, redis.Options{})
 	c := newLocker(t, rdb)
 	l := mustAcquire(t, c, "slow", dlock.WithTTL(5*time.Second))
 	proxy.Delay(100 * time.Millisecond)

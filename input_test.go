@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -166,13 +165,7 @@ func TestUnreachableRedis(t *testing.T) {
 
 func TestBlackholedRedisHonoursDeadline(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy, err := faultproxy.New(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb, proxy := proxied(t, srv, redis.Options{})
 	c := newLocker(t, rdb)
 	// Connection and script in place; nothing left to release through the cut.
 	if err := mustAcquire(t, c, "warm").Release(bg); err != nil {
@@ -183,7 +176,7 @@ func TestBlackholedRedisHonoursDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = c.TryAcquire(ctx, "order:8")
+	_, err := c.TryAcquire(ctx, "order:8")
 	if err == nil || !strings.Contains(err.Error(), `acquire "order:8"`) {
 		t.Fatalf("TryAcquire through a blackhole: %v, want an error naming the lock", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -36,4 +37,20 @@ func newLocker(t testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *d
 	c := dlock.MustNew(rdb, opts...)
 	t.Cleanup(func() { _ = c.Close(bg) })
 	return c
+}
+
+// proxied returns a client that reaches srv through a fault proxy, with
+// ContextTimeoutEnabled (so a blackholed read ends at the caller's
+// deadline), both closed at the end of the test.
+func proxied(t *testing.T, srv *redistest.Server, opts redis.Options) (*redis.Client, *faultproxy.Proxy) {
+	t.Helper()
+	proxy, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	opts.Addr, opts.ContextTimeoutEnabled = proxy.Addr(), true
+	rdb := redis.NewClient(&opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb, proxy
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
@@ -583,13 +582,7 @@ func TestGiveUpReturnsAtWaitLimit(t *testing.T) {
 	if _, err := newLocker(t, plain).Acquire(bg, "stalled", dlock.WithTTL(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := faultproxy.New(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb, proxy := proxied(t, srv, redis.Options{})
 	w := newLocker(t, rdb, dlock.WithReleaseTimeout(5*time.Second))
 	// Shorter than a waiter's wake-up (0.8–1 s with this TTL): the limit
 	// passes while W waits between attempts, not during one.

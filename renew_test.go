@@ -153,13 +153,7 @@ func TestLostWhenTakenOver(t *testing.T) {
 
 func TestBlackholedHolderToldBeforeTTL(t *testing.T) {
 	_, rdb, srv := setup(t)
-	proxy, err := faultproxy.New(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = cut.Close() })
+	cut, proxy := proxied(t, srv, redis.Options{MaxRetries: -1})
 	c := newLocker(t, cut)
 
 	const ttl = 600 * time.Millisecond
