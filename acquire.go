@@ -263,8 +263,11 @@ func isServerReply(err error) bool {
 //
 // The error that made the caller give up (a reset, BUSY, a failover's
 // READONLY) often fails the first withdrawal too, so it is tried again with
-// backoff while the token's queue entry, of a lock of ttl, could still be
-// handed the lock (waiterAlive), unless Close has begun.
+// backoff for as long as the token could still hold something in Redis: a
+// grant of ttl (or a hand-off) for ttl, a queue entry for waiterAlive(ttl),
+// unless Close has begun. Stopping at the queue entry's life, as it once
+// did, stranded a grant held by nobody for the rest of its TTL after an
+// outage of a few seconds.
 func (c *Client) giveBack(ctx context.Context, k node.Keys, token string, ttl time.Duration) {
 	c.hmu.Lock()
 	if c.bgClosed {
@@ -276,8 +279,8 @@ func (c *Client) giveBack(ctx context.Context, k node.Keys, token string, ttl ti
 	c.hmu.Unlock()
 	go func() {
 		defer c.bg.Done()
-		until := time.Now().Add(waiterAlive(ttl))
-		for backoff := 20 * time.Millisecond; c.withdraw(ctx, k, token) != nil; backoff = min(2*backoff, 500*time.Millisecond) {
+		until := time.Now().Add(max(waiterAlive(ttl), ttl))
+		for backoff := 20 * time.Millisecond; c.withdraw(ctx, k, token) != nil; backoff = min(2*backoff, time.Second) {
 			if time.Now().Add(backoff).After(until) {
 				return
 			}

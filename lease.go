@@ -29,18 +29,26 @@ func leaseMargin(ttl time.Duration) time.Duration {
 
 // capAtHold cuts a lease of ttl asked for at now so that it ends at the hold
 // limit (WithMaxHold) at the latest: such a lease is the last one, and its
-// deadline ends the lock. It reports false when the limit leaves no whole
-// millisecond. l.mu must be held.
-func (l *redisLock) capAtHold(now time.Time, ttl time.Duration) (time.Duration, bool) {
+// deadline ends the lock (last). It reports !ok when the limit leaves no
+// whole millisecond. l.mu must be held.
+func (l *redisLock) capAtHold(now time.Time, ttl time.Duration) (capped time.Duration, ok, last bool) {
 	if l.hold.IsZero() {
-		return ttl, true
+		return ttl, true, false
 	}
 	left := l.hold.Sub(now).Truncate(time.Millisecond)
 	if left >= ttl {
-		return ttl, true
+		return ttl, true, false
 	}
-	l.holdDone = true
-	return left, left >= time.Millisecond
+	if left < time.Millisecond {
+		// The limit is reached: no lease is asked for any more, and the
+		// deadline of the last confirmed one ends the lock.
+		l.holdDone = true
+		return 0, false, true
+	}
+	// The last lease, but only once Redis confirms it (confirm): a
+	// request that fails must not stop the renewals still needed before
+	// the limit.
+	return left, true, true
 }
 
 // leaseEnd is the deadline of a lease of ttl confirmed by a command sent at
@@ -56,11 +64,14 @@ func (l *redisLock) leaseLeft() time.Duration { return time.Until(l.until) }
 // moves the deadline if the lease ends later than the one known. setTTL makes
 // ttl the one later renewals ask for (a Refresh). A confirmation that arrives
 // after the lock ended does not revive it: it reports false.
-func (l *redisLock) confirm(sent time.Time, ttl time.Duration, setTTL bool) bool {
+func (l *redisLock) confirm(sent time.Time, ttl time.Duration, setTTL, last bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != held {
 		return false
+	}
+	if last {
+		l.holdDone = true // this lease ends at the hold limit: no renewal after it
 	}
 	if setTTL {
 		l.ttl = ttl

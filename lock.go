@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -165,7 +166,7 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	sent := time.Now()
 	l.mu.Lock()
-	ttl, within := l.capAtHold(sent, ttl)
+	ttl, within, last := l.capAtHold(sent, ttl)
 	l.mu.Unlock()
 	if !within {
 		return opError("refresh", l.name, fmt.Errorf("%w: %w of %v reached", ErrNotHeld, ErrHoldLimit, l.maxHold))
@@ -180,7 +181,7 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 		}
 		return opError("refresh", l.name, ErrNotHeld)
 	}
-	if !l.confirm(sent, ttl, true) {
+	if !l.confirm(sent, ttl, true, last) {
 		return opError("refresh", l.name, fmt.Errorf("%w: %w", ErrNotHeld, context.Cause(l.Context())))
 	}
 	l.mu.Lock()
@@ -204,6 +205,21 @@ func (l *redisLock) Release(ctx context.Context) error {
 	rctx, cancel := l.c.cleanupContext(ctx)
 	defer cancel()
 	return l.release(rctx, ErrReleased)
+}
+
+// releaseOrGiveBack releases a lock its caller will not return to anyone (a
+// hand-off or a grant it cannot use). When the release fails, the token is
+// given back in the background, retried until the lease would have ended:
+// nobody else can free the lock, and it must not block others for its TTL.
+func (l *redisLock) releaseOrGiveBack(ctx context.Context) error {
+	err := l.Release(ctx)
+	if err != nil && !errors.Is(err, ErrNotHeld) {
+		l.mu.Lock()
+		ttl := l.ttl
+		l.mu.Unlock()
+		l.c.giveBack(ctx, l.keys, l.token, ttl)
+	}
+	return err
 }
 
 // release is Release on the caller's context as it is; cause is what the

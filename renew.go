@@ -230,8 +230,9 @@ func (r *renewer) takeDue() []*entry {
 
 // renewal is one lock's part of a pipeline.
 type renewal struct {
-	e   *entry
-	ttl time.Duration
+	e    *entry
+	ttl  time.Duration
+	last bool // the lease asked for ends at the hold limit
 }
 
 // renew extends the batch's leases in one pipeline and schedules each lock
@@ -248,7 +249,7 @@ func (r *renewer) renew(batch []*entry) {
 	for _, e := range batch {
 		l := e.l
 		l.mu.Lock()
-		ttl, ok := l.capAtHold(now, l.ttl)
+		ttl, ok, lastLease := l.capAtHold(now, l.ttl)
 		deadline := l.until
 		l.mu.Unlock()
 		if !ok {
@@ -258,7 +259,7 @@ func (r *renewer) renew(batch []*entry) {
 			continue // the deadline timer is ending this lock; renewing now could revive a lease we already gave up
 		}
 		last = maxTime(last, deadline)
-		jobs = append(jobs, renewal{e: e, ttl: ttl})
+		jobs = append(jobs, renewal{e: e, ttl: ttl, last: lastLease})
 		calls = append(calls, node.Refresh(l.keys, l.token, ttl))
 	}
 	if len(jobs) == 0 {
@@ -279,7 +280,7 @@ func (r *renewer) settle(j renewal, reply node.Reply) {
 	switch {
 	case err == nil && ok == 1:
 		r.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultOK})
-		l.confirm(reply.Sent, j.ttl, false)
+		l.confirm(reply.Sent, j.ttl, false, j.last)
 		r.mu.Lock()
 		j.e.failures = 0
 		r.mu.Unlock()

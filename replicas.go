@@ -35,7 +35,7 @@ func (c *Client) refreshWithWait(ctx context.Context, l *redisLock, ac acquireCo
 	if n, _ := res.(int64); n != 1 {
 		return 0, opError("acquire", l.name, ErrNotHeld)
 	}
-	if !l.confirm(sent, ac.ttl, false) {
+	if !l.confirm(sent, ac.ttl, false, false) {
 		return 0, opError("acquire", l.name, ErrNotHeld)
 	}
 	return acked, nil
@@ -73,7 +73,7 @@ func (c *Client) checkReplicated(ctx context.Context, l *redisLock, ac acquireCo
 		return nil
 	}
 	e := &ReplicaError{Acked: acked, Want: ac.replicas, Timeout: ac.replicaWait}
-	if err := l.Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+	if err := l.releaseOrGiveBack(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
 		e.releaseErr = err
 	}
 	return opError("acquire", l.name, e)

@@ -189,7 +189,7 @@ func (w *waiter) handedOver(ctx context.Context, fence int64) (*redisLock, error
 	fail := func(err error) (*redisLock, error) {
 		// Nobody else can release this lock: do it before giving up, or it
 		// stays held and renewed with no owner.
-		_ = l.Release(context.WithoutCancel(ctx))
+		_ = l.releaseOrGiveBack(ctx)
 		return nil, err
 	}
 	if ac.replicas > 0 {
