@@ -128,7 +128,10 @@ func (l *redisLock) end(to lockState, reason Reason, cause error) {
 		l.cause = cause
 	}
 	l.deadline.Stop()
-	cancel := l.cancel
+	// The first cause wins also on the context: a Release that runs while a
+	// loss is still being reported to the observers must not make the loss
+	// read as a release (Run would then report a clean end).
+	cancel, first := l.cancel, l.cause
 	l.mu.Unlock()
 	// Observers first: whoever wakes on the context finds the metrics and
 	// logs already telling of the loss.
@@ -136,7 +139,7 @@ func (l *redisLock) end(to lockState, reason Reason, cause error) {
 		l.c.cfg.observers.lost(LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), Cause: cause})
 	}
 	if cancel != nil {
-		cancel(cause)
+		cancel(first)
 	}
 	l.c.renewer.forget(l)
 	l.c.untrack(l)

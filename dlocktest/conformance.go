@@ -774,7 +774,17 @@ func (s *suite) runLock(t *testing.T) {
 	if got, ok := dlock.FromContext(octx); !ok || got != outer {
 		t.Fatalf("FromContext(NewContext(ctx, l)) = %v, %v; want l", got, ok)
 	}
-	err := dlock.Run(octx, inner, func(fctx context.Context) error {
+	// A lock's own context carries that lock, not one its acquirer's
+	// context held: fencing code reading its context must get its fence.
+	nested, err := l.TryAcquire(octx, name+"/nested", dlock.WithTTL(s.ttl))
+	if err != nil {
+		t.Fatalf("TryAcquire under a lock: %v", err)
+	}
+	if got, ok := dlock.FromContext(nested.Context()); !ok || got.Name() != nested.Name() {
+		t.Fatalf("FromContext(lock.Context()) = %v, %v; want that lock", got, ok)
+	}
+	s.release(t, nested)
+	err = dlock.Run(octx, inner, func(fctx context.Context) error {
 		if got, ok := dlock.FromContext(fctx); !ok || got != inner {
 			t.Errorf("FromContext in Run = %v, %v; want the innermost lock", got, ok)
 		}

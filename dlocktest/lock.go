@@ -72,14 +72,11 @@ func (lk *lock) Context() context.Context { return lk.ctx }
 func (lk *lock) TTL(ctx context.Context) (time.Duration, error) {
 	lk.l.mu.Lock()
 	defer lk.l.mu.Unlock()
-	if lk.state == released {
+	if lk.state != held {
 		return 0, opError("ttl", lk.name, dlock.ErrNotHeld)
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, opError("ttl", lk.name, err)
-	}
-	if lk.state != held {
-		return 0, opError("ttl", lk.name, dlock.ErrNotHeld)
 	}
 	return lk.leaseLeft(lk.l.clock.Now()).Truncate(time.Millisecond), nil
 }

@@ -176,8 +176,8 @@ func (l *Locker) grant(ctx context.Context, name string, s dlock.AcquireSettings
 		lk.hold = now.Add(s.MaxHold)
 	}
 	// The lock's context keeps the caller's values (trace ids) but not its
-	// cancellation, as the Client's does.
-	lk.ctx, lk.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	// cancellation, and carries the lock itself, as the Client's does.
+	lk.ctx, lk.cancel = context.WithCancelCause(dlock.NewContext(context.WithoutCancel(ctx), lk))
 	e := l.names[name]
 	if e == nil {
 		e = &entry{}

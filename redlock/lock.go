@@ -46,6 +46,8 @@ type Lock struct {
 	fences []int64       // per node; 0 where the node has not granted
 	valid  time.Time     // end of the quorum's validity
 	ttl    time.Duration // the lease renewals ask for: WithTTL, or the last Refresh
+	// lossCause is the cause of a loss, set with state lost.
+	lossCause error
 }
 
 type state int
@@ -270,6 +272,12 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 		return opError("release", l.name, dlock.ErrNotHeld)
 	}
 	afterLoss := l.state == lost
+	if afterLoss {
+		// The loss is the context's cause even if lose is still telling
+		// the observers and has not cancelled it yet: Run must not read
+		// the loss as a release.
+		cause = l.lossCause
+	}
 	// Released before the nodes are asked: a late grant that arrives now
 	// is given back, not joined.
 	l.state = released
@@ -283,11 +291,14 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	var err error
 	switch {
 	case n < l.r.quorum:
+		// Not ResultError ("may still be held, retry"): the lock has
+		// ended here whatever the nodes said, and a retry finds nothing
+		// to release; keys left on unreachable nodes expire with their
+		// leases.
 		msg := fmt.Errorf("%w: released on %d of %d nodes", dlock.ErrNotHeld, n, len(l.r.nodes))
 		e.Result = dlock.ResultNotHeld
 		if len(errs) > 0 {
 			msg = fmt.Errorf("%w: %w", msg, errors.Join(errs...))
-			e.Result = dlock.ResultError
 		}
 		err = opError("release", l.name, msg)
 	case afterLoss:
@@ -295,7 +306,7 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 		// validity ran out, a drift margin before the nodes' leases): the
 		// keys, still ours, are freed early for the next holder, but the
 		// holder learns what its context said, as from a Client.
-		err = opError("release", l.name, fmt.Errorf("%w: lost before the release (%w)", dlock.ErrNotHeld, context.Cause(l.ctx)))
+		err = opError("release", l.name, fmt.Errorf("%w: lost before the release (%w)", dlock.ErrNotHeld, l.lossCause))
 		e.Result = dlock.ResultNotHeld
 	}
 	e.Err = err
@@ -357,6 +368,7 @@ func (l *Lock) lose(reason dlock.Reason, cause error) {
 		return
 	}
 	l.state = lost
+	l.lossCause = cause
 	l.mu.Unlock()
 	// Observers first: whoever wakes on the context finds the metrics and
 	// logs already telling of the loss.
@@ -364,6 +376,9 @@ func (l *Lock) lose(reason dlock.Reason, cause error) {
 		o.OnLost(dlock.LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), Cause: cause})
 	}
 	l.cancel(cause)
+	// A lost lock is no longer the Redlock's to release at Close; its keys
+	// expire with their leases (or its holder's Release frees them).
+	l.r.untrack(l)
 }
 
 // ended reports whether the lock was released or lost.

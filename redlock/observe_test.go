@@ -19,7 +19,7 @@ func TestObserverEvents(t *testing.T) {
 	r := newRedlock(t, rdbs, redlock.WithObserver(obs), redlock.WithObserver(nil))
 	other := newRedlock(t, rdbs)
 
-	l, err := r.Acquire(bg, "obs", dlock.WithTTL(300*time.Millisecond))
+	l, err := r.Acquire(bg, "obs", dlock.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestObserverEvents(t *testing.T) {
 	}
 
 	t.Run("taken over", func(t *testing.T) {
-		l, err := r.Acquire(bg, "taken", dlock.WithTTL(300*time.Millisecond))
+		l, err := r.Acquire(bg, "taken", dlock.WithTTL(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
