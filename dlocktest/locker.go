@@ -343,14 +343,14 @@ func (l *Locker) Close(ctx context.Context) error {
 		}
 	}
 	for lk := range l.live {
-		lk.end(released, closedRelease)
+		lk.end(released, errClosedRelease)
 	}
 	clear(l.names)
 	return nil
 }
 
-// closedRelease is the cause of a lock Close released.
-var closedRelease = fmt.Errorf("%w by %w", dlock.ErrReleased, dlock.ErrClosed)
+// errClosedRelease is the cause of a lock Close released.
+var errClosedRelease = fmt.Errorf("%w by %w", dlock.ErrReleased, dlock.ErrClosed)
 
 func opError(op, name string, err error) error {
 	return &dlock.Error{Op: op, Name: name, Err: err}
