@@ -106,7 +106,7 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 	if err != nil {
 		return ac, opError("acquire", name, err)
 	}
-	return ac, nil
+	return ac, CheckReentry(ctx, name, c.owns)
 }
 
 // readAcquire applies opts over the defaults and checks them and the name:
@@ -310,4 +310,10 @@ func (c *Client) gaveUp(ctx context.Context, name string, holder time.Duration) 
 		return opError("acquire", name, ErrClosed)
 	}
 	return opError("acquire", name, &NotObtainedError{Name: name, HolderTTL: holder, cause: ctx.Err(), waited: ctx.Err() == nil})
+}
+
+// owns reports whether l is one of c's locks (for CheckReentry).
+func (c *Client) owns(l Lock) bool {
+	r, ok := l.(*redisLock)
+	return ok && r.c == c
 }

@@ -61,6 +61,12 @@ var (
 	// (Redis answered WRONGTYPE). Nothing was changed.
 	ErrWrongType = errors.New("dlock: key holds a value of another type")
 
+	// ErrReentrant: the caller's context already holds the lock it asked
+	// for (see CheckReentry). Nothing was sent to Redis; the lock it holds
+	// is unchanged. dlock locks are not re-entrant: acquire once, at the
+	// outermost layer, and pass the lock (or its context) down.
+	ErrReentrant = errors.New("dlock: already held by this caller")
+
 	// ErrUnavailable matches failures to reach a working Redis: the network
 	// (refused, reset, timed out, closed), go-redis' pool (timed out or
 	// closed), and servers that cannot serve now (LOADING, MASTERDOWN,

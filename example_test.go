@@ -207,3 +207,20 @@ func ExampleNew() {
 	// true
 	// dlock: new: invalid option: prefix "app{1}:" must not contain '{' or '}'
 }
+
+// Acquiring a lock the caller's context already holds fails at once:
+// waiting would be waiting for the caller itself.
+func ExampleErrReentrant() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.MustNew(rdb)
+	defer locker.Close(ctx)
+
+	_ = locker.Do(ctx, "order:9", func(ctx context.Context) error {
+		_, err := locker.Acquire(ctx, "order:9") // e.g. a helper that locks the order too
+		fmt.Println(errors.Is(err, dlock.ErrReentrant), errors.Is(err, dlock.ErrNotObtained))
+		return nil
+	})
+	// Output: true false
+}

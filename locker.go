@@ -59,10 +59,18 @@ var _ Locker = (*Client)(nil)
 
 type lockKey struct{}
 
+// ctxLock is a lock in a context, with the locks of the contexts around it:
+// nested Do calls each add one.
+type ctxLock struct {
+	l     Lock
+	outer *ctxLock
+}
+
 // NewContext returns a copy of ctx that carries l, for FromContext. Do, Run,
 // and dlockhttp's and dlockgrpc's handlers put their lock there themselves.
 func NewContext(ctx context.Context, l Lock) context.Context {
-	return context.WithValue(ctx, lockKey{}, l)
+	outer, _ := ctx.Value(lockKey{}).(*ctxLock)
+	return context.WithValue(ctx, lockKey{}, &ctxLock{l: l, outer: outer})
 }
 
 // FromContext returns the lock held for the work whose context is ctx: the
@@ -70,8 +78,28 @@ func NewContext(ctx context.Context, l Lock) context.Context {
 // one put there with NewContext. The innermost wins when locks nest. ok is
 // false when ctx carries no lock.
 func FromContext(ctx context.Context) (l Lock, ok bool) {
-	l, ok = ctx.Value(lockKey{}).(Lock)
-	return l, ok
+	c, _ := ctx.Value(lockKey{}).(*ctxLock)
+	if c == nil {
+		return nil, false
+	}
+	return c.l, true
+}
+
+// CheckReentry refuses to acquire name for a caller that holds it already:
+// when ctx carries a lock of that name that is still held and that mine
+// says is of this Locker, it returns an *Error of Op "acquire" matching
+// ErrReentrant, at once. Waiting would be a self-deadlock: the lock is
+// never released while its holder waits for it, and the wait would end in
+// a misleading "held by another owner". Every Locker calls it before it
+// sends anything; Lockers outside this package pass their own mine.
+func CheckReentry(ctx context.Context, name string, mine func(Lock) bool) error {
+	for c, _ := ctx.Value(lockKey{}).(*ctxLock); c != nil; c = c.outer {
+		if c.l.Name() == name && c.l.Context().Err() == nil && mine(c.l) {
+			return opError("acquire", name, fmt.Errorf("%w: the caller's context holds it already (fence %d); "+
+				"a second acquisition would wait for the caller itself", ErrReentrant, c.l.Fence()))
+		}
+	}
+	return nil
 }
 
 // Run runs fn under l, a lock the caller holds, and releases l when fn

@@ -183,7 +183,8 @@ func (g *guard) statusOf(ctx context.Context, err error) error {
 		return st.Err()
 	case errors.Is(err, dlock.ErrInvalidName):
 		return status.Error(codes.InvalidArgument, "dlockgrpc: the call names an invalid lock (empty or too long)")
-	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidOption), errors.Is(err, dlock.ErrWrongType):
+	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidOption), errors.Is(err, dlock.ErrWrongType),
+		errors.Is(err, dlock.ErrReentrant):
 		// The program's configuration or the data in Redis is wrong: no
 		// retry helps, and Unavailable would hide it as an outage.
 		return status.Error(codes.Internal, "dlockgrpc: lock misconfigured")

@@ -120,9 +120,11 @@ func (cfg *config) status(err error) int {
 		return cfg.busy
 	case errors.Is(err, dlock.ErrInvalidName):
 		return cfg.invalid
-	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidOption), errors.Is(err, dlock.ErrWrongType):
-		// The program's configuration or the data in Redis is wrong: no
-		// retry by the client helps, and 503 would hide it as an outage.
+	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidOption), errors.Is(err, dlock.ErrWrongType),
+		errors.Is(err, dlock.ErrReentrant):
+		// The program's configuration, its nesting of locks, or the data
+		// in Redis is wrong: no retry by the client helps, and 503 would
+		// hide it as an outage.
 		return http.StatusInternalServerError
 	default:
 		// dlock.ErrClosed and everything Redis or the network returned.
@@ -164,7 +166,7 @@ func writeError(w http.ResponseWriter, _ *http.Request, status int, err error) {
 		msg = "dlockhttp: busy: another request holds the lock; retry later"
 	case errors.Is(err, dlock.ErrInvalidName):
 		msg = "dlockhttp: the request names an invalid lock (empty or too long)"
-	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrWrongType):
+	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidOption), errors.Is(err, dlock.ErrWrongType), errors.Is(err, dlock.ErrReentrant):
 		msg = "dlockhttp: internal error"
 	default:
 		msg = "dlockhttp: lock service unavailable"

@@ -481,3 +481,33 @@ func TestMiddlewareRefusesNilClientAndBadWait(t *testing.T) {
 		t.Errorf("a negative wait: %v, want ErrInvalidOption naming it", err)
 	}
 }
+
+// The same lock applied twice to one request (two routers, or a middleware
+// and a handler that both lock the order) is a wiring mistake: the inner
+// acquisition fails at once with 500, instead of waiting for the request
+// itself and answering 409 busy.
+func TestNestedSameLockIsServerError(t *testing.T) {
+	locker := dlocktest.MustNew()
+	t.Cleanup(func() { _ = locker.Close(bg) })
+	byOrder := dlockhttp.MustMiddleware(locker, dlockhttp.PathValue("order:", "id"),
+		dlockhttp.WithAcquireOptions(dlock.WithWait(time.Hour)))
+	h := byOrder(byOrder(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		t.Error("the handler ran under a lock acquired twice")
+	})))
+	req := httptest.NewRequest("POST", "/orders/5", nil)
+	req.SetPathValue("id", "5")
+	rec := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() { h.ServeHTTP(rec, req); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(patience):
+		t.Fatal("the nested acquisition waited for the request itself")
+	}
+	if rec.Code != http.StatusInternalServerError {
+		t.Fatalf("status %d, want 500", rec.Code)
+	}
+	if locker.Held("order:5") {
+		t.Fatal("the outer lock was not released")
+	}
+}

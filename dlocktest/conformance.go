@@ -147,6 +147,7 @@ func (s *suite) tests() []conformanceTest {
 		{"DoLoss", s.doLoss},
 		{"DoBusy", s.doBusy},
 		{"Run", s.runLock},
+		{"Reentry", s.reentry},
 		{"MutualExclusion", s.mutualExclusion},
 		{"Close", s.close},
 	}
@@ -798,6 +799,60 @@ func (s *suite) runLock(t *testing.T) {
 	}
 	live(t, outer, "the outer lock after Run")
 	s.release(t, outer)
+}
+
+// reentry: acquiring a name the caller's context already holds fails at
+// once with ErrReentrant, instead of waiting for the caller itself until
+// the wait limit and then calling it busy. The check is by context: another
+// context, or the same one after the release, is an ordinary caller.
+func (s *suite) reentry(t *testing.T) {
+	l, name, ctx := s.h.New(t), s.name(t), context.Background()
+	err := l.Do(ctx, name, func(fctx context.Context) error {
+		for _, try := range []struct {
+			what string
+			call func() (dlock.Lock, error)
+		}{
+			// A wait limit far beyond the suite's patience, bounded by it: a
+			// Locker that waited for the caller answers busy, late.
+			{"Acquire", func() (dlock.Lock, error) {
+				wctx, cancel := context.WithTimeout(fctx, s.patience)
+				defer cancel()
+				return l.Acquire(wctx, name, dlock.WithWait(time.Hour))
+			}},
+			{"TryAcquire", func() (dlock.Lock, error) { return l.TryAcquire(fctx, name) }},
+		} {
+			lk, err := try.call()
+			if lk != nil || !errors.Is(err, dlock.ErrReentrant) || errors.Is(err, dlock.ErrNotObtained) {
+				t.Errorf("%s of a name the context holds: %v, %v; want ErrReentrant at once", try.what, lk, err)
+			}
+			isOpError(t, err, dlock.ErrReentrant, "acquire", name)
+		}
+		held, _ := dlock.FromContext(fctx)
+		// The lock's own context carries it too.
+		if _, err := l.TryAcquire(held.Context(), name); !errors.Is(err, dlock.ErrReentrant) {
+			t.Errorf("TryAcquire with the lock's own context: %v, want ErrReentrant", err)
+		}
+		// Another name is no re-entry; another context is an ordinary
+		// (busy) caller.
+		other := s.try(t, l, name+"/other")
+		s.release(t, other)
+		_, err := l.TryAcquire(ctx, name)
+		s.isBusy(t, nil, err, name, nil)
+		live(t, held, "the held lock after the refused acquisitions")
+		return nil
+	}, dlock.WithTTL(s.ttl))
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	// The context of a released lock holds nothing.
+	lk := s.try(t, l, name)
+	rctx := dlock.NewContext(ctx, lk)
+	s.release(t, lk)
+	again, err := l.TryAcquire(rctx, name, dlock.WithTTL(s.ttl))
+	if err != nil {
+		t.Fatalf("TryAcquire with the context of a released lock: %v", err)
+	}
+	s.release(t, again)
 }
 
 func (s *suite) mutualExclusion(t *testing.T) {

@@ -123,6 +123,9 @@ func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 
 func (l *Locker) acquire(ctx context.Context, name string, opts []dlock.AcquireOption, wait bool) (dlock.Lock, error) {
 	s, err := dlock.ReadAcquireOptions(name, l.bounds, opts...)
+	if err == nil {
+		err = dlock.CheckReentry(ctx, name, l.owns)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -359,4 +362,10 @@ func opError(op, name string, err error) error {
 // busy is the error of a name held by another, as the Client gives it.
 func busy(name string, holderTTL time.Duration, cause error) error {
 	return opError("acquire", name, dlock.NewNotObtainedError(name, holderTTL, cause))
+}
+
+// owns reports whether x is one of l's locks (for dlock.CheckReentry).
+func (l *Locker) owns(x dlock.Lock) bool {
+	lk, ok := x.(*lock)
+	return ok && lk.l == l
 }

@@ -116,7 +116,13 @@ func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.Acquir
 	if err != nil {
 		return s, opError("acquire", name, err)
 	}
-	return s, nil
+	return s, dlock.CheckReentry(ctx, name, r.owns)
+}
+
+// owns reports whether l is one of r's locks (for dlock.CheckReentry).
+func (r *Redlock) owns(l dlock.Lock) bool {
+	m, ok := l.(*Lock)
+	return ok && m.r == r
 }
 
 // acquire is Acquire after its options were read. It reports whether the
