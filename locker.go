@@ -68,7 +68,11 @@ type ctxLock struct {
 
 // NewContext returns a copy of ctx that carries l, for FromContext. Do, Run,
 // and dlockhttp's and dlockgrpc's handlers put their lock there themselves.
+// A nil l leaves ctx as it is.
 func NewContext(ctx context.Context, l Lock) context.Context {
+	if l == nil {
+		return ctx // nothing to carry (the nil Lock of a failed acquisition)
+	}
 	outer, _ := ctx.Value(lockKey{}).(*ctxLock)
 	return context.WithValue(ctx, lockKey{}, &ctxLock{l: l, outer: outer})
 }

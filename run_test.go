@@ -166,3 +166,18 @@ func TestDoReportsClose(t *testing.T) {
 		t.Fatal("Do did not return after Close")
 	}
 }
+
+// A nil Lock (a failed acquisition's) put in a context changes nothing:
+// FromContext finds no lock, and acquisitions do not trip on it.
+func TestNewContextNilLock(t *testing.T) {
+	c, _, _ := setup(t)
+	ctx := dlock.NewContext(bg, nil)
+	if l, ok := dlock.FromContext(ctx); ok || l != nil {
+		t.Fatalf("FromContext after NewContext(nil) = %v, %v", l, ok)
+	}
+	l, err := c.TryAcquire(ctx, "nil-ctx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(bg)
+}
