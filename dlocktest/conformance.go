@@ -246,6 +246,15 @@ func live(t *testing.T, lk dlock.Lock, what string) {
 	}
 }
 
+// leased checks that lk is live and that its TTL reports lease left.
+func leased(t *testing.T, lk dlock.Lock, what string) {
+	t.Helper()
+	live(t, lk, what)
+	if left, err := lk.TTL(context.Background()); err != nil || left <= 0 {
+		t.Fatalf("%s: TTL() = %v, %v; want lease left", what, left, err)
+	}
+}
+
 // isOpError checks that err matches target and that its first *dlock.Error
 // names op and name.
 func isOpError(t *testing.T, err error, target error, op, name string) {
@@ -612,10 +621,7 @@ func (s *suite) staleCannotTouch(t *testing.T, l dlock.Locker, stale dlock.Lock)
 	if cause := context.Cause(stale.Context()); !errors.Is(cause, dlock.ErrLockLost) {
 		t.Fatalf("cause after releasing an expired lock: %v, want it to stay ErrLockLost", cause)
 	}
-	live(t, next, "the next holder after the stale one's calls")
-	if left, err := next.TTL(ctx); err != nil || left <= 0 {
-		t.Fatalf("the next holder's TTL() after the stale one's calls: %v, %v", left, err)
-	}
+	leased(t, next, "the next holder after the stale one's calls")
 	s.release(t, next)
 }
 
@@ -640,10 +646,7 @@ func (s *suite) renewalKeepsLock(t *testing.T) {
 	l, name, ctx := s.h.New(t), s.name(t), context.Background()
 	lk := s.try(t, l, name)
 	time.Sleep(2 * s.ttl)
-	live(t, lk, "renewed lock after two TTLs")
-	if left, err := lk.TTL(ctx); err != nil || left <= 0 {
-		t.Fatalf("TTL() of a renewed lock after two TTLs: %v, %v", left, err)
-	}
+	leased(t, lk, "renewed lock after two TTLs")
 	other, err := l.TryAcquire(ctx, name)
 	s.isBusy(t, other, err, name, nil)
 	s.release(t, lk)
@@ -679,10 +682,7 @@ func (s *suite) refresh(t *testing.T) {
 	}
 	// Past the first lease: the refreshed one carries the lock.
 	time.Sleep(s.ttl * 3 / 2)
-	live(t, lk, "refreshed lock after its first lease")
-	if left, err := lk.TTL(ctx); err != nil || left <= 0 {
-		t.Fatalf("TTL() of the refreshed lock: %v, %v", left, err)
-	}
+	leased(t, lk, "refreshed lock after its first lease")
 	s.release(t, lk)
 }
 
