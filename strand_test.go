@@ -86,7 +86,7 @@ func TestLossNotHiddenByRacingRelease(t *testing.T) {
 	obs := &blockingLoss{entered: make(chan struct{}), proceed: make(chan struct{})}
 	c, rdb, _ := setup(t, dlock.WithObserver(obs))
 	l := mustAcquire(t, c, "race", dlock.WithTTL(300*time.Millisecond))
-	lctx := l.Context() // made now, as Do makes it: a context made later takes the first cause anyway
+	lctx := l.Context()         // made now, as Do makes it: a context made later takes the first cause anyway
 	rdb.Del(bg, "dlock:{race}") // the next renewal finds it gone
 	select {
 	case <-obs.entered:
