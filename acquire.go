@@ -315,5 +315,5 @@ func (c *Client) gaveUp(ctx context.Context, name string, holder time.Duration) 
 // owns reports whether l is one of c's locks (for CheckReentry).
 func (c *Client) owns(l Lock) bool {
 	r, ok := l.(*redisLock)
-	return ok && r.c == c
+	return ok && r != nil && r.c == c
 }

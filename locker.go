@@ -89,16 +89,29 @@ func FromContext(ctx context.Context) (l Lock, ok bool) {
 	return c.l, true
 }
 
+// DetachContext returns a copy of ctx that carries no lock (its values,
+// deadline and cancellation stay): for work started under a lock that is not
+// the lock holder's own, such as a goroutine that should wait for the lock
+// once the holder releases it instead of being refused with ErrReentrant.
+func DetachContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, lockKey{}, (*ctxLock)(nil))
+}
+
 // CheckReentry refuses to acquire name for a caller that holds it already:
 // when ctx carries a lock of that name that is still held and that mine
 // says is of this Locker, it returns an *Error of Op "acquire" matching
 // ErrReentrant, at once. Waiting would be a self-deadlock: the lock is
 // never released while its holder waits for it, and the wait would end in
 // a misleading "held by another owner". Every Locker calls it before it
-// sends anything; Lockers outside this package pass their own mine.
+// sends anything; Lockers outside this package pass their own mine, which
+// must be nil-safe. The check is by context, Go having no goroutine
+// identity: a goroutine that should wait for the holder instead starts from
+// DetachContext.
 func CheckReentry(ctx context.Context, name string, mine func(Lock) bool) error {
 	for c, _ := ctx.Value(lockKey{}).(*ctxLock); c != nil; c = c.outer {
-		if c.l.Name() == name && c.l.Context().Err() == nil && mine(c.l) {
+		// mine first: it is the cheap test, and it keeps dlock from
+		// calling methods of another Locker's locks (a typed nil among them).
+		if mine(c.l) && c.l.Name() == name && c.l.Context().Err() == nil {
 			return opError("acquire", name, fmt.Errorf("%w: the caller's context holds it already (fence %d); "+
 				"a second acquisition would wait for the caller itself", ErrReentrant, c.l.Fence()))
 		}

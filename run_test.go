@@ -181,3 +181,33 @@ func TestNewContextNilLock(t *testing.T) {
 	}
 	_ = l.Release(bg)
 }
+
+// A goroutine started under a lock with a detached context waits for the
+// lock like any caller, instead of being refused as the holder; a typed-nil
+// Lock in a context trips nothing.
+func TestDetachContext(t *testing.T) {
+	c, _, _ := setup(t)
+	got := make(chan error, 1)
+	err := c.Do(bg, "job", func(ctx context.Context) error {
+		go func() {
+			// Outlives fn: without its cancellation, and without its lock.
+			l, err := c.Acquire(dlock.DetachContext(context.WithoutCancel(ctx)), "job", dlock.WithWait(5*time.Second))
+			if err == nil {
+				_ = l.Release(bg)
+			}
+			got <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Acquire from a detached context: %v, want the lock after the holder's release", err)
+	}
+	var typedNil *stubLock
+	if _, err := c.TryAcquire(dlock.NewContext(bg, typedNil), "other"); err != nil {
+		t.Fatalf("TryAcquire with a typed-nil Lock in the context: %v", err)
+	}
+}

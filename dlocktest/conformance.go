@@ -827,7 +827,10 @@ func (s *suite) reentry(t *testing.T) {
 			}
 			isOpError(t, err, dlock.ErrReentrant, "acquire", name)
 		}
-		held, _ := dlock.FromContext(fctx)
+		held, ok := dlock.FromContext(fctx)
+		if !ok {
+			t.Fatal("Do's context carries no lock")
+		}
 		// The lock's own context carries it too.
 		if _, err := l.TryAcquire(held.Context(), name); !errors.Is(err, dlock.ErrReentrant) {
 			t.Errorf("TryAcquire with the lock's own context: %v, want ErrReentrant", err)

@@ -367,5 +367,5 @@ func busy(name string, holderTTL time.Duration, cause error) error {
 // owns reports whether x is one of l's locks (for dlock.CheckReentry).
 func (l *Locker) owns(x dlock.Lock) bool {
 	lk, ok := x.(*lock)
-	return ok && lk.l == l
+	return ok && lk != nil && lk.l == l
 }

@@ -122,7 +122,7 @@ func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.Acquir
 // owns reports whether l is one of r's locks (for dlock.CheckReentry).
 func (r *Redlock) owns(l dlock.Lock) bool {
 	m, ok := l.(*Lock)
-	return ok && m.r == r
+	return ok && m != nil && m.r == r
 }
 
 // acquire is Acquire after its options were read. It reports whether the
