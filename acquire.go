@@ -19,13 +19,16 @@ import (
 // its TTL and hands out the next fencing token atomically.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (Lock, error) {
 	start := time.Now()
-	ac, err := c.prepare(ctx, name, opts)
+	ac, nested, err := c.prepare(ctx, name, opts)
+	if nested != nil {
+		return nested, nil
+	}
 	var l *redisLock
 	if err == nil {
 		r := c.attempt(ctx, name, c.keys(name), ac, newToken(), false)
 		l, err = c.afterClose(ctx, name, r.lock, r.err)
 	}
-	return c.acquired(ctx, name, start, l, err)
+	return c.acquired(ctx, name, start, l, err, ac.reentrant)
 }
 
 // Acquire takes the lock name, waiting while another holder has it: until
@@ -44,17 +47,28 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 // jittered timer; a waiter that stops renewing (it crashed) is skipped.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (Lock, error) {
 	start := time.Now()
-	l, err := c.acquire(ctx, name, opts)
-	l, err = c.afterClose(ctx, name, l, err)
-	return c.acquired(ctx, name, start, l, err)
+	ac, nested, err := c.prepare(ctx, name, opts)
+	if nested != nil {
+		return nested, nil
+	}
+	var l *redisLock
+	if err == nil {
+		l, err = c.acquire(ctx, name, ac)
+		l, err = c.afterClose(ctx, name, l, err)
+	}
+	return c.acquired(ctx, name, start, l, err, ac.reentrant)
 }
 
 // acquired reports an acquisition to the observers and returns its result,
-// with a nil Lock (not a nil *redisLock in a Lock) on error.
-func (c *Client) acquired(ctx context.Context, name string, start time.Time, l *redisLock, err error) (Lock, error) {
+// with a nil Lock (not a nil *redisLock in a Lock) on error; a lock taken
+// WithReentry as the first handle of its re-entry.
+func (c *Client) acquired(ctx context.Context, name string, start time.Time, l *redisLock, err error, reentrant bool) (Lock, error) {
 	c.cfg.observers.acquire(ctx, name, start, l, err)
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, err
+	case reentrant:
+		return Reentrant(l), nil
 	}
 	return l, nil
 }
@@ -72,11 +86,7 @@ func (c *Client) afterClose(ctx context.Context, name string, l *redisLock, err 
 
 // acquire is Acquire before the observers hear of it: one plain attempt
 // when the name is not contended, else the wait of a waiter.
-func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption) (*redisLock, error) {
-	ac, err := c.prepare(ctx, name, opts)
-	if err != nil {
-		return nil, err
-	}
+func (c *Client) acquire(ctx context.Context, name string, ac acquireConfig) (*redisLock, error) {
 	// The keys are built once per call: every attempt and the wait use them.
 	k := c.keys(name)
 	if ac.wait == 0 {
@@ -97,16 +107,21 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 	return w.wait(ctx)
 }
 
-// prepare validates the name and options before anything is sent.
-func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption) (acquireConfig, error) {
-	ac, err := readAcquire(name, TTLBounds{Default: c.cfg.defaultTTL, Min: c.cfg.minTTL, Max: c.cfg.maxTTL}, opts)
+// prepare validates the name and options before anything is sent. nested
+// is a handle on a lock the context holds, for WithReentry.
+func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption) (ac acquireConfig, nested Lock, err error) {
+	ac, err = readAcquire(name, TTLBounds{Default: c.cfg.defaultTTL, Min: c.cfg.minTTL, Max: c.cfg.maxTTL}, opts)
 	if err == nil {
 		err = c.checkUsable(ctx)
 	}
 	if err != nil {
-		return ac, opError("acquire", name, err)
+		return ac, nil, opError("acquire", name, err)
 	}
-	return ac, CheckReentry(ctx, name, c.owns)
+	if ac.reentrant {
+		nested, err = Reenter(ctx, name, c.owns)
+		return ac, nested, err
+	}
+	return ac, nil, CheckReentry(ctx, name, c.owns)
 }
 
 // readAcquire applies opts over the defaults and checks them and the name:

@@ -224,3 +224,33 @@ func ExampleErrReentrant() {
 	})
 	// Output: true false
 }
+
+// Opt-in re-entry: a helper that locks the order itself can also run under
+// a caller that holds the order already, when both say WithReentry. The
+// lock is released with the last handle.
+func ExampleWithReentry() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.MustNew(rdb)
+	defer locker.Close(ctx)
+
+	ship := func(ctx context.Context) error { // locks the order on its own when called alone
+		return locker.Do(ctx, "order:10", func(ctx context.Context) error {
+			l, _ := dlock.FromContext(ctx)
+			fmt.Println("shipping under fence", l.Fence() > 0)
+			return nil
+		}, dlock.WithReentry())
+	}
+	_ = locker.Do(ctx, "order:10", func(ctx context.Context) error {
+		if err := ship(ctx); err != nil { // re-enters: no wait, no ErrReentrant
+			return err
+		}
+		_, err := locker.TryAcquire(context.Background(), "order:10") // anyone else: busy
+		fmt.Println("held after the nested release:", errors.Is(err, dlock.ErrNotObtained))
+		return nil
+	}, dlock.WithReentry())
+	// Output:
+	// shipping under fence true
+	// held after the nested release: true
+}

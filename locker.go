@@ -109,11 +109,14 @@ func DetachContext(ctx context.Context) context.Context {
 // DetachContext.
 func CheckReentry(ctx context.Context, name string, mine func(Lock) bool) error {
 	for c, _ := ctx.Value(lockKey{}).(*ctxLock); c != nil; c = c.outer {
+		l := c.l
+		if h, ok := l.(*reentrantLock); ok {
+			l = h.r.lock // a WithReentry handle: its Locker's own lock is inside
+		}
 		// mine first: it is the cheap test, and it keeps dlock from
 		// calling methods of another Locker's locks (a typed nil among them).
-		if mine(c.l) && c.l.Name() == name && c.l.Context().Err() == nil {
-			return opError("acquire", name, fmt.Errorf("%w: the caller's context holds it already (fence %d); "+
-				"a second acquisition would wait for the caller itself", ErrReentrant, c.l.Fence()))
+		if mine(l) && l.Name() == name && c.l.Context().Err() == nil {
+			return reentrant(name, l, "a second acquisition would wait for the caller itself (WithReentry shares it)")
 		}
 	}
 	return nil

@@ -155,6 +155,8 @@ type acquireConfig struct {
 
 	replicas    int           // WithReplicas: acknowledgements to wait for
 	replicaWait time.Duration // and how long
+
+	reentrant bool // WithReentry
 }
 
 // WithTTL sets the lock's lease: how long Redis keeps the lock if the holder
@@ -188,6 +190,25 @@ func WithoutRenewal() AcquireOption {
 // be below the client's minimum TTL. Redlock refuses it.
 func WithMaxHold(d time.Duration) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.maxHold = d })
+}
+
+// WithReentry makes the acquisition re-entrant, scoped by context: when the
+// caller's context already holds name through the same Locker, taken with
+// WithReentry too, Acquire and TryAcquire return at once a nested handle on
+// that lock instead of waiting for the caller itself. A handle has the lock's
+// name, token and fence; its TTL and Refresh act on the lock; its Release
+// ends only the handle (and its context, with cause ErrReleased). The lock is
+// released when the last of its handles, the first acquisition included, is
+// released, in whatever order. Other options of a nested acquisition are
+// ignored: the lock is already held on the outer acquisition's terms.
+//
+// A name held through a lock taken without WithReentry is refused with
+// ErrReentrant, as every acquisition without WithReentry is: both the outer
+// and the inner code must agree to share. Re-entry is off by default because
+// it hides where a critical section ends: the inner Release does nothing, so
+// the inner code cannot tell whether it runs alone.
+func WithReentry() AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.reentrant = true })
 }
 
 // checkTTL enforces the client's TTL bounds.
@@ -226,6 +247,8 @@ type AcquireSettings struct {
 	// Replicas and ReplicaTimeout are WithReplicas'; 0 without it.
 	Replicas       int
 	ReplicaTimeout time.Duration
+	// Reentrant is WithReentry's: see Reenter and Reentrant.
+	Reentrant bool
 }
 
 // ReadAcquireOptions applies opts and checks them and name by the rules
@@ -239,7 +262,7 @@ func ReadAcquireOptions(name string, b TTLBounds, opts ...AcquireOption) (Acquir
 		return AcquireSettings{}, opError("acquire", name, err)
 	}
 	return AcquireSettings{TTL: ac.ttl, Wait: ac.wait, Renew: ac.renew, MaxHold: ac.maxHold,
-		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait}, nil
+		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, Reentrant: ac.reentrant}, nil
 }
 
 // checkName refuses names Redis would take but no user means: the empty

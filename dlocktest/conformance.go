@@ -148,6 +148,7 @@ func (s *suite) tests() []conformanceTest {
 		{"DoBusy", s.doBusy},
 		{"Run", s.runLock},
 		{"Reentry", s.reentry},
+		{"ReentryOptIn", s.reentryOptIn},
 		{"MutualExclusion", s.mutualExclusion},
 		{"Close", s.close},
 	}
@@ -856,6 +857,110 @@ func (s *suite) reentry(t *testing.T) {
 		t.Fatalf("TryAcquire with the context of a released lock: %v", err)
 	}
 	s.release(t, again)
+}
+
+// reentryOptIn checks WithReentry: a nested acquisition of a name the
+// context holds is a counted handle on the same lock, and the lock is
+// released when the last handle is, whatever the order.
+func (s *suite) reentryOptIn(t *testing.T) {
+	l, name, ctx := s.h.New(t), s.name(t), context.Background()
+	re := dlock.WithReentry()
+	busy := func(what string) {
+		t.Helper()
+		lk, err := l.TryAcquire(ctx, name, dlock.WithTTL(s.ttl))
+		if lk != nil {
+			s.release(t, lk)
+			t.Fatalf("%s: another caller got the lock", what)
+		}
+		s.isBusy(t, lk, err, name, nil)
+	}
+	err := l.Do(ctx, name, func(fctx context.Context) error {
+		outer, _ := dlock.FromContext(fctx)
+		for _, try := range []struct {
+			what string
+			call func() (dlock.Lock, error)
+		}{
+			{"Acquire", func() (dlock.Lock, error) {
+				wctx, cancel := context.WithTimeout(fctx, s.patience)
+				defer cancel()
+				return l.Acquire(wctx, name, re, dlock.WithWait(time.Hour))
+			}},
+			{"TryAcquire", func() (dlock.Lock, error) { return l.TryAcquire(fctx, name, re) }},
+		} {
+			in, err := try.call()
+			if err != nil {
+				t.Fatalf("%s with WithReentry of a name the context holds: %v", try.what, err)
+			}
+			if in.Name() != name || in.Token() != outer.Token() || in.Fence() != outer.Fence() {
+				t.Errorf("%s: nested handle (%q, fence %d) is not the held lock (%q, fence %d)",
+					try.what, in.Name(), in.Fence(), outer.Name(), outer.Fence())
+			}
+			if _, err := in.TTL(ctx); err != nil {
+				t.Errorf("%s: TTL of the nested handle: %v", try.what, err)
+			}
+			if err := in.Refresh(ctx, s.ttl); err != nil {
+				t.Errorf("%s: Refresh of the nested handle: %v", try.what, err)
+			}
+			s.release(t, in)
+			// Its own end, not the lock's.
+			if !errors.Is(context.Cause(in.Context()), dlock.ErrReleased) {
+				t.Errorf("%s: nested handle's context after its release: %v, want ErrReleased", try.what, context.Cause(in.Context()))
+			}
+			live(t, outer, try.what+": the lock after the nested release")
+			busy(try.what + ": after the nested release")
+			err = in.Release(ctx)
+			isOpError(t, err, dlock.ErrNotHeld, "release", name)
+			_, err = in.TTL(ctx)
+			isOpError(t, err, dlock.ErrNotHeld, "ttl", name)
+			err = in.Refresh(ctx, s.ttl)
+			isOpError(t, err, dlock.ErrNotHeld, "refresh", name)
+		}
+		// Nested Do: the function sees the nested handle, and the lock
+		// outlives it.
+		err := l.Do(fctx, name, func(ictx context.Context) error {
+			in, ok := dlock.FromContext(ictx)
+			if !ok || in.Fence() != outer.Fence() {
+				t.Errorf("nested Do's context: %v, %v; want the held lock", in, ok)
+			}
+			return nil
+		}, re)
+		if err != nil {
+			t.Errorf("nested Do: %v", err)
+		}
+		live(t, outer, "the lock after a nested Do")
+		return nil
+	}, dlock.WithTTL(s.ttl), re)
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	// Released when the outer Do returned: free for others.
+	s.release(t, s.try(t, l, name))
+
+	// Released out of order: the outer first. The lock stays held until
+	// the last handle goes.
+	outer := s.try(t, l, name, re)
+	in, err := l.TryAcquire(dlock.NewContext(ctx, outer), name, re)
+	if err != nil {
+		t.Fatalf("nested TryAcquire: %v", err)
+	}
+	s.release(t, outer)
+	live(t, in, "the nested handle after the outer's release")
+	busy("after the outer's release, with a nested handle left")
+	s.release(t, in)
+	if !errors.Is(context.Cause(in.Context()), dlock.ErrReleased) {
+		t.Errorf("context after the last release: %v, want ErrReleased", context.Cause(in.Context()))
+	}
+	s.release(t, s.try(t, l, name))
+
+	// A lock taken without WithReentry is not re-entered: the outer code
+	// did not agree to share it.
+	plain := s.try(t, l, name)
+	lk, err := l.TryAcquire(dlock.NewContext(ctx, plain), name, re)
+	if lk != nil {
+		t.Fatalf("WithReentry re-entered a lock taken without it")
+	}
+	isOpError(t, err, dlock.ErrReentrant, "acquire", name)
+	s.release(t, plain)
 }
 
 func (s *suite) mutualExclusion(t *testing.T) {

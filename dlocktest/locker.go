@@ -123,12 +123,28 @@ func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 
 func (l *Locker) acquire(ctx context.Context, name string, opts []dlock.AcquireOption, wait bool) (dlock.Lock, error) {
 	s, err := dlock.ReadAcquireOptions(name, l.bounds, opts...)
-	if err == nil {
+	switch {
+	case err != nil:
+	case s.Reentrant:
+		var nested dlock.Lock
+		if nested, err = dlock.Reenter(ctx, name, l.owns); nested != nil {
+			return nested, nil
+		}
+	default:
 		err = dlock.CheckReentry(ctx, name, l.owns)
 	}
 	if err != nil {
 		return nil, err
 	}
+	lk, err := l.take(ctx, name, s, wait)
+	if err == nil && s.Reentrant {
+		return dlock.Reentrant(lk), nil
+	}
+	return lk, err
+}
+
+// take grants name now, or waits for it when wait allows.
+func (l *Locker) take(ctx context.Context, name string, s dlock.AcquireSettings, wait bool) (dlock.Lock, error) {
 	l.mu.Lock()
 	switch {
 	case l.closed:

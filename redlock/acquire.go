@@ -34,12 +34,15 @@ import (
 // the validity ran out, or a majority of nodes no longer hold it.
 func (r *Redlock) TryAcquire(ctx context.Context, name string, opts ...dlock.AcquireOption) (dlock.Lock, error) {
 	start := time.Now()
-	s, err := r.settings(ctx, name, opts)
+	s, nested, err := r.settings(ctx, name, opts)
+	if nested != nil {
+		return nested, nil
+	}
 	var l *Lock
 	if err == nil {
 		l, _, err = r.try(ctx, name, s)
 	}
-	return r.acquired(ctx, name, start, l, err, false)
+	return r.acquired(ctx, name, start, l, err, false, s.Reentrant)
 }
 
 // Acquire takes the lock name, retrying TryAcquire while the lock is busy,
@@ -57,19 +60,23 @@ func (r *Redlock) TryAcquire(ctx context.Context, name string, opts ...dlock.Acq
 // a lock whose holder crashed is taken soon after its lease runs out.
 func (r *Redlock) Acquire(ctx context.Context, name string, opts ...dlock.AcquireOption) (dlock.Lock, error) {
 	start := time.Now()
-	s, err := r.settings(ctx, name, opts)
+	s, nested, err := r.settings(ctx, name, opts)
+	if nested != nil {
+		return nested, nil
+	}
 	var l *Lock
 	waited := false
 	if err == nil {
 		l, waited, err = r.acquire(ctx, name, s)
 	}
-	return r.acquired(ctx, name, start, l, err, waited)
+	return r.acquired(ctx, name, start, l, err, waited, s.Reentrant)
 }
 
 // acquired reports an acquisition to the observers and returns its result,
 // with a nil dlock.Lock (not a nil *Lock in one) on error. waited: the wait
-// limit, not ctx, ended a wait for a busy lock.
-func (r *Redlock) acquired(ctx context.Context, name string, start time.Time, l *Lock, err error, waited bool) (dlock.Lock, error) {
+// limit, not ctx, ended a wait for a busy lock. reentrant: taken with
+// dlock.WithReentry, it becomes the first handle of its re-entry.
+func (r *Redlock) acquired(ctx context.Context, name string, start time.Time, l *Lock, err error, waited, reentrant bool) (dlock.Lock, error) {
 	if len(r.cfg.observers) > 0 {
 		e := dlock.AcquireEvent{Name: name, Wait: time.Since(start), Err: err}
 		switch {
@@ -88,18 +95,22 @@ func (r *Redlock) acquired(ctx context.Context, name string, start time.Time, l 
 			o.OnAcquire(ctx, e)
 		}
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, err
+	case reentrant:
+		return dlock.Reentrant(l), nil
 	}
 	return l, nil
 }
 
 // settings reads and checks the options and the name before anything is
-// sent, by the core's rules, and refuses what a Redlock cannot keep.
-func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.AcquireOption) (dlock.AcquireSettings, error) {
+// sent, by the core's rules, and refuses what a Redlock cannot keep. nested
+// is a handle on a lock the context holds, for dlock.WithReentry.
+func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.AcquireOption) (dlock.AcquireSettings, dlock.Lock, error) {
 	s, err := dlock.ReadAcquireOptions(name, r.cfg.bounds, opts...)
 	if err != nil {
-		return s, err
+		return s, nil, err
 	}
 	switch {
 	case s.MaxHold > 0:
@@ -114,9 +125,13 @@ func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.Acquir
 		err = ctx.Err()
 	}
 	if err != nil {
-		return s, opError("acquire", name, err)
+		return s, nil, opError("acquire", name, err)
 	}
-	return s, dlock.CheckReentry(ctx, name, r.owns)
+	if s.Reentrant {
+		nested, err := dlock.Reenter(ctx, name, r.owns)
+		return s, nested, err
+	}
+	return s, nil, dlock.CheckReentry(ctx, name, r.owns)
 }
 
 // owns reports whether l is one of r's locks (for dlock.CheckReentry).

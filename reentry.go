@@ -1,0 +1,145 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Re-entry (WithReentry) is scoped by context, Go having no goroutine
+// identity: the context of the work done under a lock carries the lock
+// (NewContext, Run), and a nested acquisition that finds it there shares it
+// instead of waiting for itself. It lives outside every Locker's protocol:
+// nothing of it reaches Redis, and the Redis Client, redlock and dlocktest
+// share this one implementation through Reenter and Reentrant.
+
+// reentry is one lock shared by its handles: the acquisition that took it
+// and every nested acquisition since. It is released with the last handle.
+type reentry struct {
+	lock Lock
+
+	mu   sync.Mutex
+	open int  // handles not released yet
+	done bool // the last handle was released: the lock with it
+}
+
+// reentrantLock is one handle on a reentry. Its context is a child of the
+// lock's: it ends with the lock, or on its own when the handle is released.
+type reentrantLock struct {
+	r        *reentry
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	released atomic.Bool
+}
+
+// Reentrant makes l, just acquired with WithReentry, the first handle of a
+// re-entrant lock, for Lockers outside this package: a nested acquisition
+// finds it in the context (Reenter) and shares it, and l is released when
+// the last handle is. A nil l stays nil.
+func Reentrant(l Lock) Lock {
+	if l == nil {
+		return nil
+	}
+	r := &reentry{lock: l}
+	return r.handle()
+}
+
+// Reenter is how an acquisition with WithReentry looks for a lock its
+// context holds, for Lockers outside this package (mine as for
+// CheckReentry). It returns a new handle on the held lock when ctx holds
+// name through one of the Locker's locks taken with WithReentry; an error
+// matching ErrReentrant when ctx holds it through one taken without; and
+// nil, nil when ctx does not hold name: then the caller acquires it, and
+// wraps the lock with Reentrant.
+func Reenter(ctx context.Context, name string, mine func(Lock) bool) (Lock, error) {
+	for c, _ := ctx.Value(lockKey{}).(*ctxLock); c != nil; c = c.outer {
+		h, shared := c.l.(*reentrantLock)
+		inner := c.l
+		if shared {
+			inner = h.r.lock
+		}
+		if !mine(inner) || inner.Name() != name || c.l.Context().Err() != nil {
+			continue
+		}
+		if !shared {
+			return nil, reentrant(name, inner,
+				"it was taken without WithReentry, and re-entry needs the consent of both acquisitions")
+		}
+		if nested := h.r.handle(); nested != nil {
+			return nested, nil
+		}
+	}
+	return nil, nil
+}
+
+// reentrant is the error of an acquisition of a name the caller holds.
+func reentrant(name string, held Lock, why string) error {
+	return opError("acquire", name, fmt.Errorf("%w: the caller's context holds it already (fence %d); %s",
+		ErrReentrant, held.Fence(), why))
+}
+
+// handle adds a handle, or returns nil when the lock was released meanwhile
+// (its last handle went between the context check and now).
+func (r *reentry) handle() *reentrantLock {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return nil
+	}
+	r.open++
+	ctx, cancel := context.WithCancelCause(r.lock.Context())
+	return &reentrantLock{r: r, ctx: ctx, cancel: cancel}
+}
+
+func (h *reentrantLock) Name() string             { return h.r.lock.Name() }
+func (h *reentrantLock) Token() string            { return h.r.lock.Token() }
+func (h *reentrantLock) Fence() int64             { return h.r.lock.Fence() }
+func (h *reentrantLock) Context() context.Context { return h.ctx }
+
+// TTL is the lock's lease left, while this handle is not released.
+func (h *reentrantLock) TTL(ctx context.Context) (time.Duration, error) {
+	if err := h.check("ttl"); err != nil {
+		return 0, err
+	}
+	return h.r.lock.TTL(ctx)
+}
+
+// Refresh extends the lock's lease, while this handle is not released.
+func (h *reentrantLock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if err := h.check("refresh"); err != nil {
+		return err
+	}
+	return h.r.lock.Refresh(ctx, ttl)
+}
+
+// Release ends this handle; the last handle's release releases the lock.
+func (h *reentrantLock) Release(ctx context.Context) error {
+	if !h.released.CompareAndSwap(false, true) {
+		return opError("release", h.Name(), fmt.Errorf("%w: this handle was released before", ErrNotHeld))
+	}
+	h.r.mu.Lock()
+	h.r.open--
+	last := h.r.open == 0
+	h.r.done = last
+	h.r.mu.Unlock()
+	if last {
+		err := h.r.lock.Release(ctx)
+		h.cancel(ErrReleased)
+		return err
+	}
+	h.cancel(ErrReleased)
+	if lctx := h.r.lock.Context(); lctx.Err() != nil {
+		// Ended though handles were open: lost, or released by Close.
+		return opError("release", h.Name(), fmt.Errorf("%w: %w", ErrNotHeld, context.Cause(lctx)))
+	}
+	return nil
+}
+
+func (h *reentrantLock) check(op string) error {
+	if h.released.Load() {
+		return opError(op, h.Name(), fmt.Errorf("%w: this handle was released", ErrNotHeld))
+	}
+	return nil
+}
