@@ -149,8 +149,14 @@ func readAcquire(name string, b TTLBounds, opts []AcquireOption) (acquireConfig,
 	if err == nil && ac.maxHold > 0 && ac.maxHold < b.Min {
 		err = fmt.Errorf("%w: max hold %v is below the minimum TTL %v", ErrInvalidOption, ac.maxHold, b.Min)
 	}
+	if err == nil && ac.holdWarn < 0 {
+		err = fmt.Errorf("%w: hold warning %v is negative (0 turns it off)", ErrInvalidOption, ac.holdWarn)
+	}
 	if err != nil {
 		return ac, err
+	}
+	if !ac.holdWarnSet {
+		ac.holdWarn = DefaultHoldWarningTTLs * ac.ttl
 	}
 	if ac.maxHold > 0 && ac.maxHold < ac.ttl {
 		// The first lease, too, ends at the hold limit at the latest.

@@ -131,12 +131,12 @@ func (l *redisLock) end(to lockState, reason Reason, cause error) {
 	// The first cause wins also on the context: a Release that runs while a
 	// loss is still being reported to the observers must not make the loss
 	// read as a release (Run would then report a clean end).
-	cancel, first := l.cancel, l.cause
+	cancel, first, ttl := l.cancel, l.cause, l.ttl
 	l.mu.Unlock()
 	// Observers first: whoever wakes on the context finds the metrics and
 	// logs already telling of the loss.
 	if to == lost {
-		l.c.cfg.observers.lost(LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), Cause: cause})
+		l.c.cfg.observers.lost(LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), TTL: ttl, Cause: cause})
 	}
 	if cancel != nil {
 		cancel(first)

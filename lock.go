@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/node"
@@ -29,6 +30,9 @@ type redisLock struct {
 	start   time.Time     // when it was acquired (send time), for held times
 	maxHold time.Duration // WithMaxHold, or 0
 	hold    time.Time     // no lease beyond this when maxHold is set
+
+	holdWarn time.Duration // report a hold this long (WithHoldWarning); 0: never
+	warned   atomic.Bool   // reported: once per lock
 
 	values context.Context // the acquirer's context without its cancellation
 
@@ -74,6 +78,7 @@ func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token st
 	if ac.maxHold > 0 {
 		l.maxHold, l.hold = ac.maxHold, sent.Add(ac.maxHold)
 	}
+	l.holdWarn = ac.holdWarn
 	// The lock's context keeps the values of the caller's (trace ids) but
 	// not its cancellation: the lock lives until it is released or lost.
 	// It carries the lock itself, so that FromContext on it finds this lock
@@ -236,7 +241,8 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	if err != nil {
 		l.setReleasing(false)
 	}
-	e := ReleaseEvent{Name: l.name, Held: time.Since(l.start), AfterLoss: l.is(lost)}
+	e := ReleaseEvent{Name: l.name, Held: time.Since(l.start), AfterLoss: l.is(lost), TTL: l.leaseTTL()}
+	l.warnLongHold(e.Held, e.TTL)
 	switch {
 	case err == nil && e.AfterLoss && (res == 1 || res == 2):
 		// The lock's context already told the holder it was lost (its
@@ -313,4 +319,21 @@ func (l *redisLock) is(s lockState) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state == s
+}
+
+// warnLongHold reports a hold of held that ran past the lock's warning
+// threshold, once. The renewal loop asks after every renewal, Release at the
+// end: a lock that is not renewed is reported when it is let go.
+func (l *redisLock) warnLongHold(held, ttl time.Duration) {
+	if l.holdWarn <= 0 || held < l.holdWarn || !l.warned.CompareAndSwap(false, true) {
+		return
+	}
+	l.c.cfg.observers.holdWarning(HoldWarningEvent{Name: l.name, Fence: l.fence, Held: held, TTL: ttl, Threshold: l.holdWarn})
+}
+
+// leaseTTL is the lease renewals ask for.
+func (l *redisLock) leaseTTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
 }

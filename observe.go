@@ -26,6 +26,9 @@ type Observer interface {
 	// OnRelease follows every Release, also one that failed with a Redis
 	// error (ResultError: the lock may still be held, the caller may retry).
 	OnRelease(ctx context.Context, e ReleaseEvent)
+	// OnHoldWarning follows a hold that ran past its warning threshold
+	// (WithHoldWarning), at most once per lock.
+	OnHoldWarning(e HoldWarningEvent)
 
 	baseObserver()
 }
@@ -38,6 +41,7 @@ func (BaseObserver) OnAcquire(context.Context, AcquireEvent) {}
 func (BaseObserver) OnRenew(RenewEvent)                      {}
 func (BaseObserver) OnLost(LostEvent)                        {}
 func (BaseObserver) OnRelease(context.Context, ReleaseEvent) {}
+func (BaseObserver) OnHoldWarning(HoldWarningEvent)          {}
 func (BaseObserver) baseObserver()                           {}
 
 // Result is the outcome of an acquisition, renewal or release, as a label
@@ -102,6 +106,7 @@ type LostEvent struct {
 	Name   string
 	Reason Reason        // ReasonTakenOver, ReasonExpired, ReasonHoldLimit
 	Held   time.Duration // from acquisition to the loss
+	TTL    time.Duration // the lease it was renewed with, as in ReleaseEvent
 	Cause  error         // the cause given to the lock's context
 }
 
@@ -113,7 +118,20 @@ type ReleaseEvent struct {
 	// AfterLoss: the lock had been reported lost before (an OnLost event),
 	// so this release does not end a held lock a second time.
 	AfterLoss bool
-	Err       error
+	// TTL is the lease the lock was renewed with (WithTTL, or the last
+	// Refresh): Held/TTL is the hold-to-TTL ratio dlockprom and dlockotel
+	// record, to size TTLs by.
+	TTL time.Duration
+	Err error
+}
+
+// HoldWarningEvent is a hold that ran past its warning threshold.
+type HoldWarningEvent struct {
+	Name      string
+	Fence     int64
+	Held      time.Duration // from acquisition to when it was noticed
+	TTL       time.Duration // the lease it is renewed with
+	Threshold time.Duration // WithHoldWarning's, or DefaultHoldWarningTTLs × TTL
 }
 
 // WithObserver adds an observer of the client's locks. Several may be added;
@@ -180,6 +198,12 @@ func (os observers) lost(e LostEvent) {
 	}
 }
 
+func (os observers) holdWarning(e HoldWarningEvent) {
+	for _, o := range os {
+		o.OnHoldWarning(e)
+	}
+}
+
 func (os observers) release(ctx context.Context, e ReleaseEvent) {
 	for _, o := range os {
 		o.OnRelease(ctx, e)
@@ -233,4 +257,10 @@ func (o logObserver) OnRelease(ctx context.Context, e ReleaseEvent) {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}
 	o.l.LogAttrs(ctx, level, "dlock release", attrs...)
+}
+
+func (o logObserver) OnHoldWarning(e HoldWarningEvent) {
+	o.l.LogAttrs(context.Background(), slog.LevelWarn, "dlock lock held past its warning threshold",
+		slog.String("lock", e.Name), slog.Int64("fence", e.Fence), slog.Duration("held", e.Held),
+		slog.Duration("threshold", e.Threshold), slog.Duration("ttl", e.TTL))
 }

@@ -27,6 +27,10 @@ const (
 	// its own, because the caller's is often already cancelled when the
 	// deferred release runs, and the lock must still be let go.
 	DefaultReleaseTimeout = 5 * time.Second
+	// DefaultHoldWarningTTLs is the hold warning's threshold without
+	// WithHoldWarning, in TTLs: a lock held for ten of its leases is worth
+	// a look (see WithHoldWarning).
+	DefaultHoldWarningTTLs = 10
 	// DefaultFenceLifetime is how long a name's fence counter stays in Redis
 	// after its last acquisition. Without a limit every name ever locked
 	// (order:<id>) would leave a key behind for good.
@@ -157,6 +161,9 @@ type acquireConfig struct {
 	replicaWait time.Duration // and how long
 
 	reentrant bool // WithReentry
+
+	holdWarn    time.Duration // WithHoldWarning; 0: none
+	holdWarnSet bool          // WithHoldWarning was given; else DefaultHoldWarningTTLs × TTL
 }
 
 // WithTTL sets the lock's lease: how long Redis keeps the lock if the holder
@@ -211,6 +218,18 @@ func WithReentry() AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.reentrant = true })
 }
 
+// WithHoldWarning reports a hold that runs past d: once per lock, with an
+// Observer's OnHoldWarning event, a Warn log (WithLogger) and a metric
+// (dlockprom, dlockotel). It is the articles' "actual run time versus
+// configured TTL" item: work that outlives what its TTL was sized for is
+// found before it outlives its lease. A renewed lock is reported by the first
+// renewal after d (within a third of its TTL), any lock at its release at the
+// latest. Without it the threshold is DefaultHoldWarningTTLs times the TTL;
+// WithHoldWarning(0) turns the warning off; a negative d is refused.
+func WithHoldWarning(d time.Duration) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.holdWarn, c.holdWarnSet = d, true })
+}
+
 // checkTTL enforces the client's TTL bounds.
 func (c *config) checkTTL(d time.Duration) error { return checkTTL(d, c.minTTL, c.maxTTL) }
 
@@ -249,6 +268,9 @@ type AcquireSettings struct {
 	ReplicaTimeout time.Duration
 	// Reentrant is WithReentry's: see Reenter and Reentrant.
 	Reentrant bool
+	// HoldWarning is when a hold is reported as long: WithHoldWarning's, or
+	// DefaultHoldWarningTTLs times the TTL; 0: never.
+	HoldWarning time.Duration
 }
 
 // ReadAcquireOptions applies opts and checks them and name by the rules
@@ -262,7 +284,7 @@ func ReadAcquireOptions(name string, b TTLBounds, opts ...AcquireOption) (Acquir
 		return AcquireSettings{}, opError("acquire", name, err)
 	}
 	return AcquireSettings{TTL: ac.ttl, Wait: ac.wait, Renew: ac.renew, MaxHold: ac.maxHold,
-		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, Reentrant: ac.reentrant}, nil
+		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, Reentrant: ac.reentrant, HoldWarning: ac.holdWarn}, nil
 }
 
 // checkName refuses names Redis would take but no user means: the empty

@@ -63,6 +63,8 @@
 //	dlock.losses            counter        {lock}   dlock.reason   held locks lost
 //	dlock.releases          counter        {release} dlock.result  every Release
 //	dlock.held              updowncounter  {lock}                  locks held now
+//	dlock.hold.ttl_ratio    histogram      1                       time held / TTL, once per lock
+//	dlock.hold.warnings     counter        {lock}                  holds past their warning threshold
 //
 // A lock ends once: on its loss, or on a Release with result ok or
 // not_held that did not follow a loss. A Release that failed with a Redis

@@ -3,6 +3,7 @@ package dlockotel
 import (
 	"context"
 	"slices"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -18,6 +19,9 @@ var (
 	waitBounds = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 		0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 	holdBounds = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600}
+	// Holds in TTLs: up to 1 the work fits its lease, above it renewal
+	// carried it, at dlock.DefaultHoldWarningTTLs a hold warning fires.
+	ratioBounds = []float64{0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 100}
 )
 
 // instruments are the observer's metrics.
@@ -28,6 +32,8 @@ type instruments struct {
 	losses   metric.Int64Counter
 	releases metric.Int64Counter
 	held     metric.Int64UpDownCounter
+	ratio    metric.Float64Histogram
+	warnings metric.Int64Counter
 
 	// Options with the attribute sets of the fixed results and reasons,
 	// built once (slices too, so a call allocates none): the renewal path
@@ -79,6 +85,13 @@ func newInstruments(m metric.Meter) instruments {
 		metric.WithDescription("Locks held by this process now: acquired and neither released nor lost."))
 	check(err)
 
+	in.ratio, err = m.Float64Histogram("dlock.hold.ttl_ratio", metric.WithUnit("1"),
+		metric.WithDescription("Time a lock was held divided by its TTL, recorded once when it ends: the work's run time against the lease it was sized for."),
+		metric.WithExplicitBucketBoundaries(ratioBounds...))
+	check(err)
+	in.warnings, err = m.Int64Counter("dlock.hold.warnings", metric.WithUnit("{lock}"),
+		metric.WithDescription("Holds that ran past their warning threshold (dlock.WithHoldWarning)."))
+	check(err)
 	in.results = prebuild(AttrResult, slices.Concat(dlock.AcquireResults(), dlock.RenewResults(), dlock.ReleaseResults()))
 	in.reasons = prebuild(AttrReason, dlock.LostReasons())
 	return in
@@ -117,7 +130,7 @@ func (in instruments) renew(e dlock.RenewEvent) {
 func (in instruments) lost(e dlock.LostEvent) {
 	ctx := context.Background()
 	in.losses.Add(ctx, 1, attrs(in.reasons, AttrReason, e.Reason).add...)
-	in.ended(ctx, e.Held.Seconds())
+	in.ended(ctx, e.Held, e.TTL)
 }
 
 // release records a release and reports whether it ended the lock.
@@ -127,12 +140,19 @@ func (in instruments) release(ctx context.Context, e dlock.ReleaseEvent) bool {
 	// deadline, ends it later); after a loss, OnLost has ended it already.
 	ends := e.Result != dlock.ResultError && !e.AfterLoss
 	if ends {
-		in.ended(ctx, e.Held.Seconds())
+		in.ended(ctx, e.Held, e.TTL)
 	}
 	return ends
 }
 
-func (in instruments) ended(ctx context.Context, held float64) {
-	in.hold.Record(ctx, held)
+// ended records the end of a held lock; a Locker that tells no TTL (0)
+// records no ratio.
+func (in instruments) ended(ctx context.Context, held, ttl time.Duration) {
+	in.hold.Record(ctx, held.Seconds())
 	in.held.Add(ctx, -1)
+	if ttl > 0 {
+		in.ratio.Record(ctx, float64(held)/float64(ttl))
+	}
 }
+
+func (in instruments) holdWarning() { in.warnings.Add(context.Background(), 1) }

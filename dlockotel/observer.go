@@ -23,6 +23,9 @@ const (
 	SpanRelease = "release lock"
 	SpanLost    = "lock lost"
 	SpanRenew   = "renew lock"
+	// SpanHoldWarning is a hold that ran past its warning threshold
+	// (dlock.WithHoldWarning).
+	SpanHoldWarning = "lock held long"
 )
 
 // Attribute keys. None of them is ever the lock's token.
@@ -33,6 +36,8 @@ const (
 	AttrFence     = attribute.Key("dlock.fence")
 	AttrHeldMS    = attribute.Key("dlock.held_ms")
 	AttrAfterLoss = attribute.Key("dlock.after_loss")
+	AttrThreshold = attribute.Key("dlock.threshold_ms") // a hold warning's threshold
+	AttrTTLMS     = attribute.Key("dlock.ttl_ms")
 )
 
 // An Option configures NewObserver.
@@ -142,6 +147,19 @@ func (o *observer) OnLost(e dlock.LostEvent) {
 	_, span := o.tracer.Start(context.Background(), SpanLost, rootLinkedTo(link,
 		AttrName.String(e.Name), AttrReason.String(string(e.Reason)), AttrHeldMS.Int64(e.Held.Milliseconds()))...)
 	fail(span, e.Cause)
+	span.End()
+}
+
+// OnHoldWarning counts the warning, and records it as an event on a span of
+// its own linked to the acquisition, as losses are.
+func (o *observer) OnHoldWarning(e dlock.HoldWarningEvent) {
+	o.inst.holdWarning()
+	o.mu.Lock()
+	link := o.acquired[e.Name]
+	o.mu.Unlock()
+	_, span := o.tracer.Start(context.Background(), SpanHoldWarning, rootLinkedTo(link,
+		AttrName.String(e.Name), AttrHeldMS.Int64(e.Held.Milliseconds()),
+		AttrThreshold.Int64(e.Threshold.Milliseconds()), AttrTTLMS.Int64(e.TTL.Milliseconds()))...)
 	span.End()
 }
 

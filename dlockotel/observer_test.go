@@ -437,3 +437,35 @@ func TestGlobalNoopProviders(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A hold past its warning threshold is counted and gets a span linked to
+// the acquisition; every ended hold records its hold-to-TTL ratio.
+func TestHoldWarningAndRatio(t *testing.T) {
+	e := newEnv(t)
+	l, err := e.c.Acquire(bg, "otel:long", dlock.WithTTL(300*time.Millisecond), dlock.WithHoldWarning(350*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the hold warning span", func() bool { return len(e.named(dlockotel.SpanHoldWarning)) == 1 })
+	if err := l.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	s := e.named(dlockotel.SpanHoldWarning)[0]
+	a := attrs(s)
+	if a[dlockotel.AttrName].AsString() != "otel:long" || a[dlockotel.AttrThreshold].AsInt64() != 350 ||
+		a[dlockotel.AttrTTLMS].AsInt64() != 300 || a[dlockotel.AttrHeldMS].AsInt64() < 350 {
+		t.Fatalf("hold warning span attributes %v", a)
+	}
+	expectRootLinkedTo(t, s, e.named(dlockotel.SpanAcquire)[0])
+	ms := e.metrics(t)
+	if got := value(t, ms, "dlock.hold.warnings"); got != 1 {
+		t.Fatalf("dlock.hold.warnings = %v, want 1", got)
+	}
+	if got := value(t, ms, "dlock.hold.ttl_ratio"); got != 1 {
+		t.Fatalf("dlock.hold.ttl_ratio count = %v, want 1", got)
+	}
+	h := ms["dlock.hold.ttl_ratio"].(metricdata.Histogram[float64]).DataPoints[0]
+	if h.Sum < 350.0/300 {
+		t.Fatalf("ratio %v, want at least %v (held past 350ms on a 300ms TTL)", h.Sum, 350.0/300)
+	}
+}

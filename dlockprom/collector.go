@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,10 @@ var (
 		1, 5, 10, 30, 60,
 		300, 900, 3600,
 	}
+	// DefaultHoldRatioBuckets are the buckets of dlock_hold_ttl_ratio:
+	// holds in TTLs. Up to 1 the work fits its lease; above it, renewal
+	// carried it; at dlock.DefaultHoldWarningTTLs a hold warning fires.
+	DefaultHoldRatioBuckets = []float64{0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 100}
 )
 
 // Label values of the fixed labels, so every series exists from the start.
@@ -65,6 +70,8 @@ type Collector struct {
 	lost    *prometheus.CounterVec
 	release *prometheus.CounterVec
 	held    *prometheus.GaugeVec
+	ratio   *prometheus.HistogramVec
+	warned  *prometheus.CounterVec
 }
 
 var (
@@ -167,10 +174,10 @@ func NewCollector(opts ...Option) *Collector {
 		}
 		return ls
 	}
-	counter := func(name, help string, label string) *prometheus.CounterVec {
+	counter := func(name, help string, ls ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: cfg.namespace, Subsystem: "dlock", Name: name, Help: help, ConstLabels: cfg.constLabels,
-		}, labels(label))
+		}, labels(ls...))
 	}
 	histogram := func(name, help string, buckets []float64, ls ...string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -196,6 +203,11 @@ func NewCollector(opts ...Option) *Collector {
 			Namespace: cfg.namespace, Subsystem: "dlock", Name: "held", ConstLabels: cfg.constLabels,
 			Help: "Locks held by this process now: acquired and neither released nor lost.",
 		}, labels()),
+		ratio: histogram("hold_ttl_ratio",
+			"Time a lock was held divided by its TTL, observed once when it ends: the work's run time against the lease it was sized for.",
+			DefaultHoldRatioBuckets),
+		warned: counter("hold_warnings_total",
+			"Holds that ran past their warning threshold (dlock.WithHoldWarning; default dlock.DefaultHoldWarningTTLs TTLs)."),
 	}
 	if c.nameOf == nil {
 		// Without a name label every label set is known: create them all at
@@ -215,6 +227,8 @@ func NewCollector(opts ...Option) *Collector {
 		}
 		c.hold.WithLabelValues()
 		c.held.WithLabelValues()
+		c.ratio.WithLabelValues()
+		c.warned.WithLabelValues()
 	}
 	return c
 }
@@ -233,8 +247,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *Collector) metrics() [7]prometheus.Collector {
-	return [...]prometheus.Collector{c.acquire, c.wait, c.hold, c.renew, c.lost, c.release, c.held}
+func (c *Collector) metrics() [9]prometheus.Collector {
+	return [...]prometheus.Collector{c.acquire, c.wait, c.hold, c.renew, c.lost, c.release, c.held, c.ratio, c.warned}
 }
 
 // OnAcquire implements dlock.Observer.
@@ -270,12 +284,12 @@ func (c *Collector) OnRenew(e dlock.RenewEvent) {
 func (c *Collector) OnLost(e dlock.LostEvent) {
 	if c.nameOf == nil {
 		c.lost.WithLabelValues(string(e.Reason)).Inc()
-		c.ended(e.Held.Seconds())
+		c.ended(e.Held, e.TTL)
 		return
 	}
 	name := c.name(e.Name)
 	c.lost.WithLabelValues(name, string(e.Reason)).Inc()
-	c.ended(e.Held.Seconds(), name)
+	c.ended(e.Held, e.TTL, name)
 }
 
 // OnRelease implements dlock.Observer.
@@ -287,21 +301,34 @@ func (c *Collector) OnRelease(_ context.Context, e dlock.ReleaseEvent) {
 	if c.nameOf == nil {
 		c.release.WithLabelValues(string(e.Result)).Inc()
 		if ends {
-			c.ended(e.Held.Seconds())
+			c.ended(e.Held, e.TTL)
 		}
 		return
 	}
 	name := c.name(e.Name)
 	c.release.WithLabelValues(name, string(e.Result)).Inc()
 	if ends {
-		c.ended(e.Held.Seconds(), name)
+		c.ended(e.Held, e.TTL, name)
 	}
 }
 
-// ended records the end of a held lock; name is empty or the name label.
-func (c *Collector) ended(held float64, name ...string) {
-	c.hold.WithLabelValues(name...).Observe(held)
+// OnHoldWarning implements dlock.Observer.
+func (c *Collector) OnHoldWarning(e dlock.HoldWarningEvent) {
+	if c.nameOf == nil {
+		c.warned.WithLabelValues().Inc()
+		return
+	}
+	c.warned.WithLabelValues(c.name(e.Name)).Inc()
+}
+
+// ended records the end of a held lock; name is empty or the name label. A
+// Locker that does not tell the TTL (0) records no ratio.
+func (c *Collector) ended(held, ttl time.Duration, name ...string) {
+	c.hold.WithLabelValues(name...).Observe(held.Seconds())
 	c.held.WithLabelValues(name...).Dec()
+	if ttl > 0 {
+		c.ratio.WithLabelValues(name...).Observe(float64(held) / float64(ttl))
+	}
 }
 
 // name is the name label for a lock name. The Prometheus client panics on

@@ -540,3 +540,25 @@ func TestBucketsOutOfOrder(t *testing.T) {
 		}()
 	}
 }
+
+// The hold-to-TTL ratio is observed once per ended hold that tells its TTL,
+// and every hold warning is counted.
+func TestHoldRatioAndWarnings(t *testing.T) {
+	col := dlockprom.NewCollector()
+	acquired := dlock.AcquireEvent{Name: "x", Result: dlock.ResultAcquired, Fence: 1}
+	col.OnAcquire(bg, acquired)
+	col.OnHoldWarning(dlock.HoldWarningEvent{Name: "x", Fence: 1, Held: 12 * time.Second, TTL: time.Second, Threshold: 10 * time.Second})
+	col.OnRelease(bg, dlock.ReleaseEvent{Name: "x", Result: dlock.ResultOK, Held: 12 * time.Second, TTL: time.Second})
+	col.OnAcquire(bg, acquired)
+	col.OnLost(dlock.LostEvent{Name: "x", Reason: dlock.ReasonExpired, Held: time.Second, TTL: 2 * time.Second, Cause: dlock.ErrLockLost})
+	col.OnAcquire(bg, acquired)
+	col.OnRelease(bg, dlock.ReleaseEvent{Name: "x", Result: dlock.ResultOK, Held: time.Second}) // a Locker that tells no TTL
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(col)
+	f := gather(t, reg)
+	f.expect(t, map[string]float64{"dlock_hold_ttl_ratio": 2, "dlock_hold_warnings_total": 1, "dlock_hold_seconds": 3})
+	h := f["dlock_hold_ttl_ratio"].GetMetric()[0].GetHistogram()
+	if got := h.GetSampleSum(); got != 12.5 {
+		t.Fatalf("ratio sum %v, want 12.5 (12s on a 1s TTL, 1s on a 2s TTL)", got)
+	}
+}

@@ -26,6 +26,10 @@
 //	                                                reason: taken_over, expired, hold_limit
 //	dlock_release_total{result}          counter    every Release; result: ok, not_held, error
 //	dlock_held                           gauge      locks held by this process now
+//	dlock_hold_ttl_ratio                 histogram  time held divided by the TTL, once per lock when
+//	                                                it ends (not for Lockers that tell no TTL)
+//	dlock_hold_warnings_total            counter    holds past their warning threshold
+//	                                                (dlock.WithHoldWarning; default 10 TTLs)
 //
 // The wait histogram is split by result because the waits mean different
 // things: a timeout always lasts the wait limit, and mixed with successful
