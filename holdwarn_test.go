@@ -123,3 +123,20 @@ func TestHoldWarningBounds(t *testing.T) {
 		t.Fatalf("negative hold warning: %v, want ErrInvalidOption naming it", err)
 	}
 }
+
+// A lock that was lost is not warned about at its release, however late:
+// it was held until the loss.
+func TestHoldWarningNotAfterLoss(t *testing.T) {
+	rec := &holdRecorder{}
+	c, _, _ := setup(t, dlock.WithObserver(rec))
+	l := mustAcquire(t, c, "hold:lost", dlock.WithoutRenewal(), dlock.WithTTL(150*time.Millisecond),
+		dlock.WithHoldWarning(400*time.Millisecond))
+	<-l.Context().Done()
+	time.Sleep(400 * time.Millisecond)
+	if err := l.Release(bg); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("release of a lost lock: %v, want ErrNotHeld", err)
+	}
+	if w, _ := rec.seen(); len(w) != 0 {
+		t.Fatalf("hold warnings %+v for a lock lost before its threshold", w)
+	}
+}

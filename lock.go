@@ -242,7 +242,6 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 		l.setReleasing(false)
 	}
 	e := ReleaseEvent{Name: l.name, Held: time.Since(l.start), AfterLoss: l.is(lost), TTL: l.leaseTTL()}
-	l.warnLongHold(e.Held, e.TTL)
 	switch {
 	case err == nil && e.AfterLoss && (res == 1 || res == 2):
 		// The lock's context already told the holder it was lost (its
@@ -265,6 +264,11 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	default:
 		err = opError("release", l.name, fmt.Errorf("unexpected reply %d", res))
 		e.Result = ResultError
+	}
+	if e.Result == ResultOK {
+		// Held until now: a lock lost before (AfterLoss), or found gone,
+		// was held only until its loss.
+		l.warnLongHold(e.Held, e.TTL)
 	}
 	if e.Result != ResultError {
 		l.end(released, "", cause)

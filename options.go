@@ -224,8 +224,12 @@ func WithReentry() AcquireOption {
 // configured TTL" item: work that outlives what its TTL was sized for is
 // found before it outlives its lease. A renewed lock is reported by the first
 // renewal after d (within a third of its TTL), any lock at its release at the
-// latest. Without it the threshold is DefaultHoldWarningTTLs times the TTL;
-// WithHoldWarning(0) turns the warning off; a negative d is refused.
+// latest (a lock lost before is not: it was held until the loss). Without it
+// the threshold is DefaultHoldWarningTTLs times the TTL asked at acquisition
+// (a later Refresh to another TTL does not move it); WithHoldWarning(0)
+// turns the warning off; a negative d is refused. Only the Redis Client
+// reports hold warnings: redlock and dlocktest accept the option and report
+// none.
 func WithHoldWarning(d time.Duration) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.holdWarn, c.holdWarnSet = d, true })
 }

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -89,8 +90,13 @@ func (r *reentry) handle() *reentrantLock {
 		return nil
 	}
 	r.open++
+	h := &reentrantLock{r: r}
 	ctx, cancel := context.WithCancelCause(r.lock.Context())
-	return &reentrantLock{r: r, ctx: ctx, cancel: cancel}
+	// The handle's context carries the handle, not the Locker's lock that
+	// the lock's context carries: work given the handle's Context() then
+	// re-enters through the count, and cannot release the lock past it.
+	h.ctx, h.cancel = NewContext(ctx, h), cancel
+	return h
 }
 
 func (h *reentrantLock) Name() string             { return h.r.lock.Name() }
@@ -126,6 +132,16 @@ func (h *reentrantLock) Release(ctx context.Context) error {
 	h.r.mu.Unlock()
 	if last {
 		err := h.r.lock.Release(ctx)
+		if err != nil && !errors.Is(err, ErrNotHeld) {
+			// Redis did not answer: the lock may still be held, and the
+			// caller may retry, as with any lock. Nothing was released.
+			h.r.mu.Lock()
+			h.r.open++
+			h.r.done = false
+			h.r.mu.Unlock()
+			h.released.Store(false)
+			return err
+		}
 		h.cancel(ErrReleased)
 		return err
 	}

@@ -280,8 +280,9 @@ func (r *renewer) settle(j renewal, reply node.Reply) {
 	switch {
 	case err == nil && ok == 1:
 		r.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultOK})
-		l.confirm(reply.Sent, j.ttl, false, j.last)
-		l.warnLongHold(time.Since(l.start), j.ttl)
+		if l.confirm(reply.Sent, j.ttl, false, j.last) {
+			l.warnLongHold(time.Since(l.start), j.ttl)
+		}
 		r.mu.Lock()
 		j.e.failures = 0
 		r.mu.Unlock()

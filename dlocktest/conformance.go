@@ -952,6 +952,28 @@ func (s *suite) reentryOptIn(t *testing.T) {
 	}
 	s.release(t, s.try(t, l, name))
 
+	// The lock's own context, which the work is given, re-enters too, and
+	// what it carries is the handle: releasing it goes through the count.
+	outer = s.try(t, l, name, re)
+	in, err = l.TryAcquire(outer.Context(), name, re)
+	if err != nil {
+		t.Fatalf("nested TryAcquire with the outer handle's Context(): %v", err)
+	}
+	if got, _ := dlock.FromContext(in.Context()); got != in {
+		t.Errorf("FromContext(handle.Context()) = %v, want the handle itself", got)
+	}
+	s.release(t, in)
+	busy("after a nested release through the lock's own context")
+	// A nested acquisition with an ended context fails as any acquisition
+	// does, though it would send nothing.
+	ended, cancel := context.WithCancel(outer.Context())
+	cancel()
+	if lk, err := l.TryAcquire(ended, name, re); lk != nil || !errors.Is(err, context.Canceled) {
+		t.Errorf("nested TryAcquire with an ended context: %v, %v; want context.Canceled", lk, err)
+	}
+	s.release(t, outer)
+	s.release(t, s.try(t, l, name))
+
 	// A lock taken without WithReentry is not re-entered: the outer code
 	// did not agree to share it.
 	plain := s.try(t, l, name)

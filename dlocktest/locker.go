@@ -126,6 +126,10 @@ func (l *Locker) acquire(ctx context.Context, name string, opts []dlock.AcquireO
 	switch {
 	case err != nil:
 	case s.Reentrant:
+		// Refused as any acquisition is, though it would take nothing.
+		if err = l.usable(ctx, name); err != nil {
+			break
+		}
 		var nested dlock.Lock
 		if nested, err = dlock.Reenter(ctx, name, l.owns); nested != nil {
 			return nested, nil
@@ -384,4 +388,19 @@ func busy(name string, holderTTL time.Duration, cause error) error {
 func (l *Locker) owns(x dlock.Lock) bool {
 	lk, ok := x.(*lock)
 	return ok && lk != nil && lk.l == l
+}
+
+// usable reports why an acquisition cannot start: the Locker closed, or ctx
+// ended.
+func (l *Locker) usable(ctx context.Context, name string) error {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	switch {
+	case closed:
+		return opError("acquire", name, dlock.ErrClosed)
+	case ctx.Err() != nil:
+		return opError("acquire", name, ctx.Err())
+	}
+	return nil
 }
