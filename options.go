@@ -155,6 +155,8 @@ type acquireConfig struct {
 
 	replicas    int           // WithReplicas: acknowledgements to wait for
 	replicaWait time.Duration // and how long
+
+	owner string // WithAcquireOwner; "" for the Locker's own
 }
 
 // WithTTL sets the lock's lease: how long Redis keeps the lock if the holder
@@ -226,6 +228,8 @@ type AcquireSettings struct {
 	// Replicas and ReplicaTimeout are WithReplicas'; 0 without it.
 	Replicas       int
 	ReplicaTimeout time.Duration
+	// Owner is WithAcquireOwner's text; "" means the Locker's own.
+	Owner string
 }
 
 // ReadAcquireOptions applies opts and checks them and name by the rules
@@ -239,7 +243,7 @@ func ReadAcquireOptions(name string, b TTLBounds, opts ...AcquireOption) (Acquir
 		return AcquireSettings{}, opError("acquire", name, err)
 	}
 	return AcquireSettings{TTL: ac.ttl, Wait: ac.wait, Renew: ac.renew, MaxHold: ac.maxHold,
-		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait}, nil
+		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, Owner: ac.owner}, nil
 }
 
 // checkName refuses names Redis would take but no user means: the empty
