@@ -306,7 +306,8 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 // to its end. A Locker that is not an Inspector gives an error matching
 // errors.ErrUnsupported, and no channel.
 func (e *Election) Observe(ctx context.Context) (<-chan LeaderInfo, error) {
-	if _, err := e.Leader(ctx); errors.Is(err, errors.ErrUnsupported) {
+	if _, ok := e.locker.(Inspector); !ok {
+		_, err := e.Leader(ctx) // the error that says so
 		return nil, err
 	}
 	ch := make(chan LeaderInfo)

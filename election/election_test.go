@@ -412,6 +412,21 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// Without WithIdentity a candidate is the Client's owner text.
+func TestDefaultIdentity(t *testing.T) {
+	rdb, _ := setup(t)
+	c := newClient(t, rdb, dlock.WithOwner("svc/7"))
+	e := mustNew(t, c, "default-id")
+	lead, err := e.Campaign(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lead.Resign(bg)
+	if who, err := e.Leader(bg); err != nil || who.Identity != "svc/7" || e.Identity() != "svc/7" {
+		t.Fatalf("Leader = %+v, %v, Identity() = %q; want the Client's owner svc/7", who, err, e.Identity())
+	}
+}
+
 // noInspect hides the Locker's Inspect, as redlock has none.
 type noInspect struct{ dlock.Locker }
 
