@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/election"
 )
 
@@ -64,4 +65,33 @@ func ExampleElection_Run() {
 	// leading: reconciling until the term ends
 	// stopped leading
 	// Run returned: <nil>
+}
+
+// Observe reports who leads now, then every change: here a resignation and a
+// new leader.
+func ExampleElection_Observe() {
+	ctx := context.Background()
+	locker := dlocktest.MustNew() // the double has Inspect, as the Client does
+	defer locker.Close(ctx)
+	a, _ := election.New(locker, "scheduler", election.WithIdentity("a"), election.WithObserveInterval(10*time.Millisecond))
+	b, _ := election.New(locker, "scheduler", election.WithIdentity("b"))
+
+	lead, _ := a.Campaign(ctx)
+	octx, stop := context.WithCancel(ctx)
+	changes, _ := a.Observe(octx)
+	fmt.Println("leader:", (<-changes).Identity)
+	_ = lead.Resign(ctx)
+	if (<-changes).Identity == "" {
+		fmt.Println("leader: nobody")
+	}
+	lead, _ = b.Campaign(ctx)
+	defer lead.Resign(ctx)
+	fmt.Println("leader:", (<-changes).Identity)
+	stop()
+	for range changes { // Observe's goroutine ends when ctx does
+	}
+	// Output:
+	// leader: a
+	// leader: nobody
+	// leader: b
 }
