@@ -61,6 +61,9 @@ var _ Lock = (*MultiLock)(nil)
 // in turn, holding the names before it.
 func AcquireAll(ctx context.Context, locker Locker, names []string, opts ...AcquireOption) (*MultiLock, error) {
 	sorted, wait, err := checkNames(names, opts)
+	if err == nil && locker == nil {
+		err = opError("acquire", strings.Join(sorted, ","), fmt.Errorf("%w: nil Locker", ErrInvalidOption))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -71,11 +74,11 @@ func AcquireAll(ctx context.Context, locker Locker, names []string, opts ...Acqu
 		// names before it took. Once it is spent, each name left gets one
 		// attempt (WithWait(0)), as a TryAcquire would.
 		left := max(time.Until(deadline), 0)
-		if wait == 0 {
-			left = 0
-		}
 		l, err := locker.Acquire(ctx, name, append(slices.Clip(opts), WithWait(left))...)
-		if err == nil && l != nil {
+		switch {
+		case err == nil && l == nil:
+			err = opError("acquire", name, fmt.Errorf("the %T returned neither a lock nor an error", locker))
+		case err == nil:
 			m.locks = append(m.locks, l)
 			err = m.lostMember()
 		}

@@ -258,24 +258,30 @@ func TestAcquireAllBadInput(t *testing.T) {
 	c := newLocker(t, rdb)
 	long := strings.Repeat("n", dlock.MaxNameLength+1)
 	tests := []struct {
-		name  string
-		names []string
-		opts  []dlock.AcquireOption
-		want  error
-		named string
+		name      string
+		names     []string
+		opts      []dlock.AcquireOption
+		want      error
+		named     string
+		nilLocker bool
 	}{
-		{"nil", nil, nil, dlock.ErrInvalidName, ""},
-		{"empty", []string{}, nil, dlock.ErrInvalidName, ""},
-		{"duplicate", []string{"b1", "a1", "b1"}, nil, dlock.ErrInvalidName, "b1"},
-		{"empty name", []string{"a1", ""}, nil, dlock.ErrInvalidName, ""},
-		{"too long", []string{"a1", long}, nil, dlock.ErrInvalidName, long},
-		{"starts with }", []string{"a1", "}x"}, nil, dlock.ErrInvalidName, "}x"},
-		{"negative wait", []string{"a1", "b1"}, []dlock.AcquireOption{dlock.WithWait(-time.Second)}, dlock.ErrInvalidOption, "a1,b1"},
-		{"bad ttl", []string{"a1", "b1"}, []dlock.AcquireOption{dlock.WithTTL(time.Nanosecond)}, dlock.ErrInvalidTTL, "a1"},
+		{"nil", nil, nil, dlock.ErrInvalidName, "", false},
+		{"empty", []string{}, nil, dlock.ErrInvalidName, "", false},
+		{"duplicate", []string{"b1", "a1", "b1"}, nil, dlock.ErrInvalidName, "b1", false},
+		{"empty name", []string{"a1", ""}, nil, dlock.ErrInvalidName, "", false},
+		{"too long", []string{"a1", long}, nil, dlock.ErrInvalidName, long, false},
+		{"starts with }", []string{"a1", "}x"}, nil, dlock.ErrInvalidName, "}x", false},
+		{"negative wait", []string{"a1", "b1"}, []dlock.AcquireOption{dlock.WithWait(-time.Second)}, dlock.ErrInvalidOption, "a1,b1", false},
+		{"bad ttl", []string{"a1", "b1"}, []dlock.AcquireOption{dlock.WithTTL(time.Nanosecond)}, dlock.ErrInvalidTTL, "a1", false},
+		{"nil locker", []string{"b1", "a1"}, nil, dlock.ErrInvalidOption, "a1,b1", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := dlock.AcquireAll(bg, c, tt.names, tt.opts...)
+			var locker dlock.Locker = c
+			if tt.nilLocker {
+				locker = nil
+			}
+			m, err := dlock.AcquireAll(bg, locker, tt.names, tt.opts...)
 			var e *dlock.Error
 			if m != nil || !errors.Is(err, tt.want) || !errors.As(err, &e) || e.Op != "acquire" || e.Name != tt.named {
 				t.Fatalf("AcquireAll(%q) = %v, %v; want an *Error naming %q matching %v", tt.names, m, err, tt.named, tt.want)
