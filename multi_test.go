@@ -15,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/node"
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // multiBackends runs f on a Client on a real redis-server (two Clients, for
@@ -351,4 +352,29 @@ func ExampleAcquireAll() {
 	// Output:
 	// holding [stock:bonn stock:lyon] with 2 fences
 	// moved: true
+}
+
+// BenchmarkAcquireAll measures an uncontended AcquireAll and Release of n
+// names: n acquire scripts one after the other (the canonical order admits
+// no parallel taking) and n releases.
+func BenchmarkAcquireAll(b *testing.B) {
+	srv := redistest.Start(b)
+	c := newLocker(b, srv.Client(b))
+	for _, n := range []int{1, 3, 10} {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprint("bench-all-", i)
+		}
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			for b.Loop() {
+				m, err := dlock.AcquireAll(bg, c, names)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := m.Release(bg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
