@@ -140,7 +140,9 @@ func TestLeaderCutOffStopsBeforeAnotherLeads(t *testing.T) {
 	t.Cleanup(func() { _ = proxy.Close() })
 	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = cut.Close() })
-	const name, ttl = "cut-off", 600 * time.Millisecond
+	// The lease margin is a tenth of the TTL: 1s gives the 100ms a loaded
+	// 2-core machine needs between a's deadline timer and b's grant.
+	const name, ttl = "cut-off", time.Second
 	a := mustNew(t, newClient(t, cut), name, election.WithIdentity("a"), election.WithTTL(ttl))
 	b := mustNew(t, newClient(t, rdb), name, election.WithIdentity("b"), election.WithTTL(ttl))
 	la, err := a.Campaign(bg)
