@@ -192,8 +192,12 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 	if queue {
 		waiter = c.id
 	}
+	owner := c.cfg.owner
+	if ac.owner != "" {
+		owner = ac.owner // WithAcquireOwner; a queue entry keeps it for a hand-off
+	}
 	sent := time.Now()
-	res, acked, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.ttl, Owner: c.cfg.owner,
+	res, acked, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.ttl, Owner: owner,
 		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime}))
 	if err != nil {
 		// A lost reply may have granted the lock; an error reply of a

@@ -44,8 +44,8 @@ var (
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 
-	// ErrInvalidName: the lock name is empty or too long. Nothing was sent to
-	// Redis.
+	// ErrInvalidName: the lock name is empty or too long, or a set of names
+	// (AcquireAll) is empty or has one twice. Nothing was sent to Redis.
 	ErrInvalidName = errors.New("dlock: invalid lock name")
 
 	// ErrInvalidTTL: a TTL is zero, negative or outside the client's bounds.

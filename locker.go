@@ -98,8 +98,8 @@ func DetachContext(ctx context.Context) context.Context {
 }
 
 // CheckReentry refuses to acquire name for a caller that holds it already:
-// when ctx carries a lock of that name that is still held and that mine
-// says is of this Locker, it returns an *Error of Op "acquire" matching
+// when ctx carries a lock of that name (alone, or as a member of a
+// MultiLock) that is still held and that mine says is of this Locker, it returns an *Error of Op "acquire" matching
 // ErrReentrant, at once. Waiting would be a self-deadlock: the lock is
 // never released while its holder waits for it, and the wait would end in
 // a misleading "held by another owner". Every Locker calls it before it
@@ -109,14 +109,17 @@ func DetachContext(ctx context.Context) context.Context {
 // DetachContext.
 func CheckReentry(ctx context.Context, name string, mine func(Lock) bool) error {
 	for c, _ := ctx.Value(lockKey{}).(*ctxLock); c != nil; c = c.outer {
-		l := c.l
-		if h, ok := l.(*reentrantLock); ok {
-			l = h.r.lock // a WithReentry handle: its Locker's own lock is inside
-		}
-		// mine first: it is the cheap test, and it keeps dlock from
-		// calling methods of another Locker's locks (a typed nil among them).
-		if mine(l) && l.Name() == name && c.l.Context().Err() == nil {
-			return reentrant(name, l, "a second acquisition would wait for the caller itself (WithReentry shares it)")
+		// A MultiLock holds each of its names: each member is checked.
+		for _, m := range members(c.l) {
+			l := m
+			if h, ok := m.(*reentrantLock); ok {
+				l = h.r.lock // a WithReentry handle: its Locker's own lock is inside
+			}
+			// mine first: it is the cheap test, and it keeps dlock from
+			// calling methods of another Locker's locks (a typed nil among them).
+			if mine(l) && l.Name() == name && m.Context().Err() == nil {
+				return reentrant(name, l, "a second acquisition would wait for the caller itself (WithReentry shares it)")
+			}
 		}
 	}
 	return nil

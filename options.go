@@ -164,6 +164,8 @@ type acquireConfig struct {
 
 	holdWarn    time.Duration // WithHoldWarning; 0: none
 	holdWarnSet bool          // WithHoldWarning was given; else DefaultHoldWarningTTLs × TTL
+
+	owner string // WithAcquireOwner; "" for the Locker's own
 }
 
 // WithTTL sets the lock's lease: how long Redis keeps the lock if the holder
@@ -275,6 +277,8 @@ type AcquireSettings struct {
 	// HoldWarning is when a hold is reported as long: WithHoldWarning's, or
 	// DefaultHoldWarningTTLs times the TTL; 0: never.
 	HoldWarning time.Duration
+	// Owner is WithAcquireOwner's text; "" means the Locker's own.
+	Owner string
 }
 
 // ReadAcquireOptions applies opts and checks them and name by the rules
@@ -288,7 +292,8 @@ func ReadAcquireOptions(name string, b TTLBounds, opts ...AcquireOption) (Acquir
 		return AcquireSettings{}, opError("acquire", name, err)
 	}
 	return AcquireSettings{TTL: ac.ttl, Wait: ac.wait, Renew: ac.renew, MaxHold: ac.maxHold,
-		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, Reentrant: ac.reentrant, HoldWarning: ac.holdWarn}, nil
+		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, Reentrant: ac.reentrant, HoldWarning: ac.holdWarn,
+		Owner: ac.owner}, nil
 }
 
 // checkName refuses names Redis would take but no user means: the empty

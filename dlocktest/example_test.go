@@ -171,3 +171,21 @@ func ExampleConformance() {
 		})
 	}
 }
+
+// Inspect tells who holds a name, as the Client's does: code that shows or
+// checks the holder (an election's Leader) runs on the double too.
+func ExampleLocker_Inspect() {
+	ctx := context.Background()
+	locker := dlocktest.MustNew()
+	defer locker.Close(ctx)
+
+	lock, _ := locker.Acquire(ctx, "leader", dlock.WithAcquireOwner("pod-a"))
+	info, _ := locker.Inspect(ctx, "leader")
+	fmt.Println(info.Owner, info.Fence == lock.Fence())
+	_ = lock.Release(ctx)
+	_, err := locker.Inspect(ctx, "leader")
+	fmt.Println(errors.Is(err, dlock.ErrNotHeld))
+	// Output:
+	// pod-a true
+	// true
+}

@@ -18,6 +18,8 @@ type lock struct {
 	token string
 	fence int64
 	renew bool
+	owner string    // dlock.WithAcquireOwner's, or "dlocktest"
+	since time.Time // acquired (granted or handed over), on the clock
 	ctx   context.Context
 	// cancel ends ctx. It is called under Locker.mu, before the name goes
 	// to the next holder: whoever gets the lock next finds the previous

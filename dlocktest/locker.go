@@ -194,7 +194,10 @@ func (l *Locker) grant(ctx context.Context, name string, s dlock.AcquireSettings
 	now := l.clock.Now()
 	l.fences[name]++
 	lk := &lock{l: l, name: name, token: newToken(), fence: l.fences[name], renew: s.Renew,
-		ttl: s.TTL, maxHold: s.MaxHold, leased: now, until: now.Add(s.TTL)}
+		ttl: s.TTL, maxHold: s.MaxHold, leased: now, until: now.Add(s.TTL), owner: s.Owner, since: now}
+	if lk.owner == "" {
+		lk.owner = "dlocktest"
+	}
 	if s.MaxHold > 0 {
 		lk.hold = now.Add(s.MaxHold)
 	}

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -286,7 +287,7 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 	replies := make(chan reply, len(r.nodes))
 	for i := range r.nodes {
 		if !r.start(func() {
-			g, err := r.attempt(actx, i, k, token, s.TTL)
+			g, err := r.attempt(actx, i, k, token, s.TTL, cmp.Or(s.Owner, r.cfg.owner))
 			replies <- reply{i, g, err}
 		}) {
 			replies <- reply{i: i, err: dlock.ErrClosed}
@@ -366,8 +367,8 @@ func longerHolder(cur time.Duration, ms int64) time.Duration {
 // polls. A reply that was lost (a network error, or ctx ended while the
 // command was out) may hide a grant all the same: it is given back in the
 // background, so that it blocks nobody for a whole TTL.
-func (r *Redlock) attempt(ctx context.Context, i int, k node.Keys, token string, ttl time.Duration) (node.Grant, error) {
-	res, err := node.Acquire(k, token, node.AcquireArgs{TTL: ttl, Owner: r.cfg.owner, FenceLifetime: r.cfg.fenceLifetime}).
+func (r *Redlock) attempt(ctx context.Context, i int, k node.Keys, token string, ttl time.Duration, owner string) (node.Grant, error) {
+	res, err := node.Acquire(k, token, node.AcquireArgs{TTL: ttl, Owner: owner, FenceLifetime: r.cfg.fenceLifetime}).
 		Run(ctx, r.nodes[i].rdb).Slice()
 	if err != nil {
 		if !isServerReply(err) {

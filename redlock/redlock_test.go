@@ -166,3 +166,21 @@ func TestKeysAreTheCores(t *testing.T) {
 		t.Fatalf("a Client on node 0 while the Redlock holds the lock: %v", err)
 	}
 }
+
+// dlock.WithAcquireOwner's text replaces the Redlock's owner on every node,
+// for that acquisition only.
+func TestAcquireOwner(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	r := newRedlock(t, rdbs, redlock.WithOwner("redlock-test"))
+	l, err := r.TryAcquire(bg, "owned", dlock.WithAcquireOwner("candidate-7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(bg)
+	waitFor(t, "all nodes in the lock", func() bool { return exists(rdbs, "dlock:{owned}") == 3 })
+	for i, rdb := range rdbs {
+		if h := rdb.HGetAll(bg, "dlock:{owned}").Val(); h["owner"] != "candidate-7" {
+			t.Fatalf("node %d holds %v", i, h)
+		}
+	}
+}

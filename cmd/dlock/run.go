@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,6 +22,7 @@ type runOptions struct {
 	noWait    bool
 	killGrace time.Duration
 	owner     string
+	names     []string // --name: several locks, all or nothing
 }
 
 const runLong = `Run COMMAND while holding the lock NAME, like flock(1), etcdctl lock and
@@ -38,6 +40,12 @@ one refused) and DLOCK_TOKEN (a secret: do not log it).
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to COMMAND's process group;
 the lock is released once COMMAND exits (SIGKILL after --kill-grace).
 
+With --name (-N), repeated, dlock takes several locks, all or nothing, in
+a fixed order (sorted), so runs with overlapping names never deadlock; no
+NAME comes before --. DLOCK_NAME then holds the names joined with ",",
+DLOCK_FENCE the first name's fence and DLOCK_FENCES every name's fence, in
+the same order; losing any of the locks stops COMMAND.
+
 If the lock is lost while COMMAND runs (Redis unreachable past the lease,
 the key deleted, dlock unlock --force), COMMAND's process group gets SIGTERM,
 then SIGKILL after --kill-grace, and dlock exits 4.
@@ -49,24 +57,25 @@ ignored: a suspended dlock would stop renewing the lock while COMMAND runs on.`
 func newRunCmd(a *app) *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run [flags] NAME -- COMMAND [ARGS...]",
+		Use:   "run [flags] NAME -- COMMAND [ARGS...]\n  dlock run [flags] -N NAME [-N NAME]... -- COMMAND [ARGS...]",
 		Short: "Run a command while holding a lock",
 		Long:  runLong,
 		Example: `  dlock run --ttl 1m nightly-report -- ./report.sh --full
-  dlock run -n -E 0 backup -- ./backup.sh    # exit 0 when a backup already runs`,
+  dlock run -n -E 0 backup -- ./backup.sh    # exit 0 when a backup already runs
+  dlock run -N stock:bonn -N stock:lyon -- ./move-stock.sh`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			_, _, err := splitRunArgs(cmd.ArgsLenAtDash(), args)
+			_, _, err := splitRunArgs(cmd.ArgsLenAtDash(), args, o.names)
 			return err
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, argv, _ := splitRunArgs(cmd.ArgsLenAtDash(), args)
+			names, argv, _ := splitRunArgs(cmd.ArgsLenAtDash(), args, o.names)
 			if o.noWait {
 				if cmd.Flags().Changed("wait") {
 					return usagef("-n/--no-wait and -w/--wait exclude each other")
 				}
 				o.wait = 0
 			}
-			return a.run(cmd.Context(), o, name, argv)
+			return a.run(cmd.Context(), o, names, argv)
 		},
 	}
 	fs := cmd.Flags()
@@ -76,25 +85,38 @@ func newRunCmd(a *app) *cobra.Command {
 	fs.IntVarP(&a.conflict, "conflict-exit-code", "E", exitConflict, "exit code when the lock is busy")
 	fs.DurationVar(&o.killGrace, "kill-grace", 5*time.Second, "time COMMAND has to exit after SIGTERM before SIGKILL")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default host/pid command)")
+	// A repeated flag, not NAME,NAME: names may contain commas, and a flag
+	// cannot eat COMMAND's arguments.
+	fs.StringArrayVarP(&o.names, "name", "N", nil, "a lock to take; repeat for several, taken all or nothing (no NAME before -- then)")
 	return cmd
 }
 
 // splitRunArgs takes NAME and COMMAND apart. dash is the number of
 // arguments before "--", or -1 without one. Without "--" the command starts
-// after NAME; "--" is still needed when the command has flags.
-func splitRunArgs(dash int, args []string) (string, []string, error) {
+// after NAME; "--" is still needed when the command has flags. With
+// --name, flagged are the names and every argument is COMMAND's.
+func splitRunArgs(dash int, args, flagged []string) ([]string, []string, error) {
+	if len(flagged) > 0 {
+		switch {
+		case dash > 0:
+			return nil, nil, usagef("run takes its locks from --name or from one NAME before --, not both: got %q before --", args[:dash])
+		case len(args) == 0:
+			return nil, nil, usagef("run needs a COMMAND: dlock run -N NAME [-N NAME]... -- COMMAND [ARGS...]")
+		}
+		return flagged, args, nil
+	}
 	switch {
 	case len(args) == 0 || dash == 0:
-		return "", nil, usagef("run needs a lock NAME and a COMMAND: dlock run NAME -- COMMAND [ARGS...]")
+		return nil, nil, usagef("run needs a lock NAME and a COMMAND: dlock run NAME -- COMMAND [ARGS...]")
 	case dash > 1:
-		return "", nil, usagef("run takes one lock NAME before --, got %d: %q", dash, args[:dash])
+		return nil, nil, usagef("run takes one lock NAME before --, got %d: %q (several locks: -N NAME -N NAME)", dash, args[:dash])
 	case len(args) < 2:
-		return "", nil, usagef("run needs a COMMAND after the lock name: dlock run %s -- COMMAND [ARGS...]", args[0])
+		return nil, nil, usagef("run needs a COMMAND after the lock name: dlock run %s -- COMMAND [ARGS...]", args[0])
 	}
-	return args[0], args[1:], nil
+	return args[:1], args[1:], nil
 }
 
-func (a *app) run(ctx context.Context, o runOptions, name string, argv []string) error {
+func (a *app) run(ctx context.Context, o runOptions, names []string, argv []string) error {
 	switch {
 	case o.wait < 0:
 		return usagef("--wait %v is negative", o.wait)
@@ -125,15 +147,16 @@ func (a *app) run(ctx context.Context, o runOptions, name string, argv []string)
 	// (EIO) instead of stopping it for good with the lock held.
 	signal.Ignore(syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
 
-	lock, err := a.acquire(ctx, c, name, o, sigs)
+	lock, err := a.acquire(ctx, c, names, o, sigs)
 	if err != nil {
 		return err
 	}
 	return a.supervise(lock, argv, o.killGrace, sigs)
 }
 
-// acquire takes the lock, giving up when a signal arrives first.
-func (a *app) acquire(ctx context.Context, c *dlock.Client, name string, o runOptions, sigs <-chan os.Signal) (dlock.Lock, error) {
+// acquire takes the lock, or all of names, giving up when a signal arrives
+// first.
+func (a *app) acquire(ctx context.Context, c *dlock.Client, names []string, o runOptions, sigs <-chan os.Signal) (dlock.Lock, error) {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -142,13 +165,24 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, name string, o runOp
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := c.Acquire(actx, name, dlock.WithTTL(o.ttl), dlock.WithWait(o.wait))
-		done <- result{l, err}
+		opts := []dlock.AcquireOption{dlock.WithTTL(o.ttl), dlock.WithWait(o.wait)}
+		if len(names) == 1 {
+			l, err := c.Acquire(actx, names[0], opts...)
+			done <- result{l, err}
+			return
+		}
+		m, err := dlock.AcquireAll(actx, c, names, opts...)
+		if err != nil {
+			done <- result{nil, err} // not a nil *MultiLock in a Lock
+			return
+		}
+		done <- result{m, nil}
 	}()
 	select {
 	case r := <-done:
-		if errors.Is(r.err, dlock.ErrNotObtained) {
-			return nil, busy(ctx, c, name, r.err)
+		var derr *dlock.Error
+		if errors.Is(r.err, dlock.ErrNotObtained) && errors.As(r.err, &derr) {
+			return nil, busy(ctx, c, derr.Name, r.err) // the busy one of names
 		}
 		return r.lock, r.err
 	case s := <-sigs:
@@ -156,7 +190,7 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, name string, o runOp
 		if r := <-done; r.lock != nil { // acquired as the signal came
 			_ = r.lock.Release(ctx)
 		}
-		return nil, &exitError{code: exitSignal + signum(s), err: fmt.Errorf("got %v while waiting for lock %q", s, name)}
+		return nil, &exitError{code: exitSignal + signum(s), err: fmt.Errorf("got %v while waiting for lock %q", s, strings.Join(names, ","))}
 	}
 }
 

@@ -134,3 +134,48 @@ func TestRunEnvironment(t *testing.T) {
 		t.Fatalf("DLOCK_FENCE %q: %v", f[1], err)
 	}
 }
+
+// Several names with a repeated -N: all or nothing, the busy one named, the
+// others left free; the child sees every name and fence; COMMAND's own
+// arguments after -- stay its own, a -N among them too.
+func TestRunSeveralNames(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+
+	r := dlockRun(t, srv, "run", "-N", "b,x", "-N", "a", "--", "sh", "-c", `echo "$DLOCK_NAME|$DLOCK_FENCES|$#"`, "sh", "-N", "c")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	f := strings.Split(strings.TrimSpace(r.stdout), "|")
+	if len(f) != 3 || f[0] != "a,b,x" || len(strings.Split(f[1], ",")) != 2 || f[2] != "2" {
+		t.Fatalf("child saw %q; want the names in order, two fences and its two arguments", r.stdout)
+	}
+	if n := rdb.Exists(ctx, lockKey("a"), lockKey("b,x")).Val(); n != 0 {
+		t.Fatalf("%d locks still held after the command exited", n)
+	}
+
+	hold(t, srv, rdb, "m2")
+	marker := filepath.Join(t.TempDir(), "ran")
+	r = dlockRun(t, srv, "run", "-n", "-N", "m2", "-N", "m1", "--", "touch", marker)
+	if r.code != exitConflict || !strings.Contains(r.stderr, `"m2"`) {
+		t.Fatalf("exit %d, want %d naming m2; stderr: %s", r.code, exitConflict, r.stderr)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran although m2 was busy")
+	}
+	if rdb.Exists(ctx, lockKey("m1")).Val() != 0 {
+		t.Fatal("m1 is still held after the conflict on m2")
+	}
+
+	for _, args := range [][]string{
+		{"run", "-N", "a", "b", "--", "true"},       // NAME and -N
+		{"run", "-N", "a"},                          // no command
+		{"run", "-N", "a", "-N", "a", "--", "true"}, // twice
+		{"run", "-N", "a", "-N", "", "--", "true"},  // empty
+	} {
+		if r := dlockRun(t, srv, args...); r.code != exitUsage {
+			t.Errorf("dlock %q: exit %d, want %d; stderr: %s", args, r.code, exitUsage, r.stderr)
+		}
+	}
+}

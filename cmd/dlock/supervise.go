@@ -32,6 +32,13 @@ func (a *app) supervise(lock dlock.Lock, argv []string, grace time.Duration, sig
 		"DLOCK_NAME="+lock.Name(),
 		"DLOCK_FENCE="+strconv.FormatInt(lock.Fence(), 10),
 		"DLOCK_TOKEN="+lock.Token())
+	if m, ok := lock.(*dlock.MultiLock); ok {
+		fences := make([]string, 0, len(m.Fences()))
+		for _, f := range m.Fences() {
+			fences = append(fences, strconv.FormatInt(f, 10))
+		}
+		cmd.Env = append(cmd.Env, "DLOCK_FENCES="+strings.Join(fences, ","))
+	}
 	cmd.SysProcAttr = childAttr(syscall.SIGTERM)
 	if err := cmd.Start(); err != nil {
 		_ = lock.Release(context.Background())
