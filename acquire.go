@@ -134,6 +134,9 @@ func readAcquire(name string, b TTLBounds, opts []AcquireOption) (acquireConfig,
 	if err == nil && ac.maxHold > 0 && ac.maxHold < b.Min {
 		err = fmt.Errorf("%w: max hold %v is below the minimum TTL %v", ErrInvalidOption, ac.maxHold, b.Min)
 	}
+	if err == nil {
+		err = ac.checkMinHold(b)
+	}
 	if err != nil {
 		return ac, err
 	}
@@ -172,7 +175,7 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		waiter = c.id
 	}
 	sent := time.Now()
-	res, acked, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.ttl, Owner: c.cfg.owner,
+	res, acked, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.firstLease(), Owner: c.cfg.owner,
 		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime}))
 	if err != nil {
 		// A lost reply may have granted the lock; an error reply of a
