@@ -28,6 +28,7 @@ type redisLock struct {
 	renew   bool          // the client's renewal loop keeps it alive
 	start   time.Time     // when it was acquired (send time), for held times
 	maxHold time.Duration // WithMaxHold, or 0
+	minHold time.Duration // WithMinHold, or 0
 	hold    time.Time     // no lease beyond this when maxHold is set
 
 	values context.Context // the acquirer's context without its cancellation
@@ -70,7 +71,7 @@ const (
 
 func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token string, fence int64, ac acquireConfig, sent time.Time) *redisLock {
 	l := &redisLock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, start: sent, ttl: ac.ttl,
-		leased: sent, until: leaseEnd(sent, ac.ttl)}
+		leased: sent, until: leaseEnd(sent, ac.ttl), minHold: ac.minHold}
 	if ac.maxHold > 0 {
 		l.maxHold, l.hold = ac.maxHold, sent.Add(ac.maxHold)
 	}
@@ -232,7 +233,8 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	}
 	l.c.renewer.remove(l)
 	l.setReleasing(true)
-	res, err := l.c.releaseScript(ctx, l.keys, l.token, false, releaseRecordTTL)
+	res, err := node.Release(l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL, MinHold: l.minHold,
+		Sharded: l.c.notify.channels.sharded(), FenceLifetime: l.c.cfg.fenceLifetime}).Run(ctx, l.c.rdb).Int64()
 	if err != nil {
 		l.setReleasing(false)
 	}
