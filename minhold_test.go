@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // serverMs reads the Redis server's clock in ms: the clock the lock hash's
@@ -248,4 +251,111 @@ func TestMinHoldBounds(t *testing.T) {
 		t.Fatalf("min hold = max hold: %v", err)
 	}
 	_ = l.Release(bg)
+}
+
+// pipeGate holds the first pipeline that carries a refresh (the renewal
+// loop's) before it is sent, until gate is closed, and closes done once it
+// has run.
+type pipeGate struct {
+	armed         atomic.Bool
+	held, gate    chan struct{}
+	done          chan struct{}
+	refreshScript *redis.Script
+}
+
+func (g *pipeGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (g *pipeGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (g *pipeGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) == 0 || !isScript(cmds[0], g.refreshScript) || !g.armed.CompareAndSwap(true, false) {
+			return next(ctx, cmds)
+		}
+		close(g.held)
+		<-g.gate
+		err := next(ctx, cmds)
+		close(g.done)
+		return err
+	}
+}
+
+// A renewal sent before the min-hold release and run after it extends
+// nothing: the kept lock is nobody's.
+func TestMinHoldRenewalInFlight(t *testing.T) {
+	_, rdb, srv := setup(t)
+	if err := scripts.Refresh.Load(bg, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	g := &pipeGate{held: make(chan struct{}), gate: make(chan struct{}), done: make(chan struct{}), refreshScript: scripts.Refresh}
+	g.armed.Store(true)
+	gated := srv.Client(t)
+	gated.AddHook(g)
+	var open sync.Once
+	t.Cleanup(func() { open.Do(func() { close(g.gate) }) })
+	a := newLocker(t, gated)
+	const key = "dlock:{minhold-renew}"
+	l, err := a.TryAcquire(bg, "minhold-renew", dlock.WithTTL(time.Second), dlock.WithMinHold(1300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.held: // the first renewal, a third of the TTL in
+	case <-time.After(3 * time.Second):
+		t.Fatal("no renewal sent")
+	}
+	if err := l.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	kept := rdb.PTTL(bg, key).Val()
+	if kept <= 0 || kept >= time.Second {
+		t.Fatalf("PTTL after the release %v, want the rest of the min hold, below the 1s TTL", kept)
+	}
+	open.Do(func() { close(g.gate) })
+	select {
+	case <-g.done:
+	case <-time.After(3 * time.Second):
+		t.Fatal("held renewal did not run")
+	}
+	if after := rdb.PTTL(bg, key).Val(); after > kept {
+		t.Fatalf("PTTL %v after the late renewal, %v before: the renewal extended the kept lock", after, kept)
+	}
+}
+
+// A waiter handed the lock with a min hold of its own keeps it for the min
+// hold from the hand-off (the since the hand-off wrote), not from its
+// attempt.
+func TestMinHoldFromHandOff(t *testing.T) {
+	_, rdb, srv := setup(t)
+	a, b := newLocker(t, srv.Client(t)), newLocker(t, rdb)
+	const name, key = "minhold-handoff", "dlock:{minhold-handoff}"
+	first, err := a.TryAcquire(bg, name, dlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan dlock.Lock, 1)
+	go func() {
+		l, err := b.Acquire(bg, name, dlock.WithWait(10*time.Second), dlock.WithMinHold(time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitUntil(t, 3*time.Second, func() string { return "waiter in line" }, func() bool {
+		return rdb.ZCard(bg, key+":q").Val() == 1
+	})
+	time.Sleep(500 * time.Millisecond) // the waiter's attempt is this much older than the hand-off
+	if err := first.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	since := sinceOf(t, rdb, key)
+	if err := l.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	end := serverMs(t, rdb) + rdb.PTTL(bg, key).Val().Milliseconds()
+	if want := since + 1000; end < want-50 || end > want+20 {
+		t.Fatalf("kept lease ends at %d, want the hand-off %d + the 1s min hold", end, since)
+	}
 }
