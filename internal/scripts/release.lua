@@ -11,8 +11,8 @@
 -- waiter on a shard channel (SPUBLISH: in a Cluster the message stays on the
 -- lock's shard), ARGV[6] the fence counter's idle lifetime in ms, ARGV[7]
 -- the min hold in ms (WithMinHold), or 0 for none
--- Returns 1 when released now (or kept for the min hold), 2 when this token was released before (a
--- re-sent release), 0 when the lock is not ours.
+-- Returns 1 when released now (or kept for the min hold), 2 when this token
+-- was released before (a re-sent release), 0 when the lock is not ours.
 --
 -- With nobody waiting this is four commands (HGET, ZRANGE, DEL, SET).
 local key, fencekey, queue, qdata, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
