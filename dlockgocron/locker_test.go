@@ -102,6 +102,11 @@ func twoInstances(t *testing.T, minHold time.Duration) map[time.Time]int {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	counts := make([]int, 0, len(r.byTick))
+	for _, n := range r.byTick {
+		counts = append(counts, n)
+	}
+	t.Logf("min hold %v: runs per tick %v", minHold, counts)
 	if len(r.byTick) < 3 {
 		t.Fatalf("runs in %d ticks after 8s, want at least 3", len(r.byTick))
 	}
