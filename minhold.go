@@ -30,10 +30,11 @@ import (
 // context keeps describing the TTL-long lease, so WithoutRenewal's context
 // may end before others are let in.
 //
-// d must be positive and at most the client's maximum TTL; with WithMaxHold
-// it must not exceed the max hold (a lock cannot be kept longer than it may
-// be held). Redlock refuses it. Choose d below the interval between ticks,
-// and above the clock skew between instances plus the scheduler's jitter.
+// Zero (the default) means no min hold. d must not be negative, and must be
+// at most the client's maximum TTL; with WithMaxHold it must not exceed the
+// max hold (a lock cannot be kept longer than it may be held). Redlock
+// refuses it. Choose d below the interval between ticks, and above the clock
+// skew between instances plus the scheduler's jitter.
 func WithMinHold(d time.Duration) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.minHold = d })
 }
