@@ -515,6 +515,8 @@ func (s *suite) invalidInput(t *testing.T) {
 		{"ttl above max", name, []dlock.AcquireOption{dlock.WithTTL(s.bounds.Max + time.Millisecond)}, dlock.ErrInvalidTTL},
 		{"negative wait", name, []dlock.AcquireOption{dlock.WithWait(-time.Second)}, dlock.ErrInvalidOption},
 		{"negative max hold", name, []dlock.AcquireOption{dlock.WithMaxHold(-time.Second)}, dlock.ErrInvalidOption},
+		{"negative min hold", name, []dlock.AcquireOption{dlock.WithMinHold(-time.Second)}, dlock.ErrInvalidOption},
+		{"min hold above max hold", name, []dlock.AcquireOption{dlock.WithMinHold(2 * s.ttl), dlock.WithMaxHold(s.ttl)}, dlock.ErrInvalidOption},
 	}
 	for _, c := range cases {
 		opts := append([]dlock.AcquireOption{dlock.WithTTL(s.ttl), dlock.WithWait(s.patience)}, c.opts...)
