@@ -233,8 +233,7 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	}
 	l.c.renewer.remove(l)
 	l.setReleasing(true)
-	res, err := node.Release(l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL, MinHold: l.minHold,
-		Sharded: l.c.notify.channels.sharded(), FenceLifetime: l.c.cfg.fenceLifetime}).Run(ctx, l.c.rdb).Int64()
+	res, err := l.c.releaseWith(ctx, l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL, MinHold: l.minHold})
 	if err != nil {
 		l.setReleasing(false)
 	}
@@ -275,8 +274,14 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 // token's queue entry (a waiter that gives up); record 0 leaves no release
 // record (a forced unlock).
 func (c *Client) releaseScript(ctx context.Context, k node.Keys, token string, dropEntry bool, record time.Duration) (int64, error) {
-	return node.Release(k, token, node.ReleaseArgs{Record: record, GiveUp: dropEntry,
-		Sharded: c.notify.channels.sharded(), FenceLifetime: c.cfg.fenceLifetime}).Run(ctx, c.rdb).Int64()
+	return c.releaseWith(ctx, k, token, node.ReleaseArgs{Record: record, GiveUp: dropEntry})
+}
+
+// releaseWith runs the release script with a's record, give-up and min hold,
+// and the client's channels and fence lifetime.
+func (c *Client) releaseWith(ctx context.Context, k node.Keys, token string, a node.ReleaseArgs) (int64, error) {
+	a.Sharded, a.FenceLifetime = c.notify.channels.sharded(), c.cfg.fenceLifetime
+	return node.Release(k, token, a).Run(ctx, c.rdb).Int64()
 }
 
 // releaseRecordTTL is how long Redis keeps the record of a token's release, so
