@@ -152,6 +152,9 @@ func readAcquire(name string, b TTLBounds, opts []AcquireOption) (acquireConfig,
 	if err == nil && ac.holdWarn < 0 {
 		err = fmt.Errorf("%w: hold warning %v is negative (0 turns it off)", ErrInvalidOption, ac.holdWarn)
 	}
+	if err == nil {
+		err = ac.checkMinHold(b)
+	}
 	if err != nil {
 		return ac, err
 	}
@@ -197,7 +200,7 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		owner = ac.owner // WithAcquireOwner; a queue entry keeps it for a hand-off
 	}
 	sent := time.Now()
-	res, acked, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.ttl, Owner: owner,
+	res, acked, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.firstLease(), Owner: owner,
 		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime}))
 	if err != nil {
 		// A lost reply may have granted the lock; an error reply of a

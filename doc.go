@@ -50,9 +50,11 @@
 //     waiter's entry is keyed by its token (no second entry), a release that
 //     finds the record of its token's release succeeds (no false ErrNotHeld).
 //     A grant whose reply was lost is given back at once.
-//   - Redis never shortens a lease, and the lock's deadline is the latest
+//   - Redis never shortens a held lease, and the lock's deadline is the latest
 //     lease Redis confirmed: a renewal and a Refresh that cross cannot leave
-//     the client believing in a longer lease than Redis keeps.
+//     the client believing in a longer lease than Redis keeps. (A release
+//     before WithMinHold's minimum shortens the lease of a lock that is then
+//     nobody's: see WithMinHold.)
 //   - Fences never go backwards: each is at least the last one + 1 and at
 //     least the server's clock in microseconds, so they grow also after the
 //     key expired, the counter expired, Redis restarted empty, or a failover
@@ -80,5 +82,6 @@
 // A release hands the lock to the first
 // live waiter and tells that waiter's client alone on the channel
 // dlock:{order:42}:w:<client id>. The braces are a hash tag: all keys of one
-// lock share a Cluster slot.
+// lock share a Cluster slot. A lock released before its min hold
+// (WithMinHold) keeps its hash, with the token "min-hold", until then.
 package dlock

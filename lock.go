@@ -29,6 +29,7 @@ type redisLock struct {
 	renew   bool          // the client's renewal loop keeps it alive
 	start   time.Time     // when it was acquired (send time), for held times
 	maxHold time.Duration // WithMaxHold, or 0
+	minHold time.Duration // WithMinHold, or 0
 	hold    time.Time     // no lease beyond this when maxHold is set
 
 	holdWarn time.Duration // report a hold this long (WithHoldWarning); 0: never
@@ -74,7 +75,7 @@ const (
 
 func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token string, fence int64, ac acquireConfig, sent time.Time) *redisLock {
 	l := &redisLock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, start: sent, ttl: ac.ttl,
-		leased: sent, until: leaseEnd(sent, ac.ttl)}
+		leased: sent, until: leaseEnd(sent, ac.ttl), minHold: ac.minHold}
 	if ac.maxHold > 0 {
 		l.maxHold, l.hold = ac.maxHold, sent.Add(ac.maxHold)
 	}
@@ -237,7 +238,7 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	}
 	l.c.renewer.remove(l)
 	l.setReleasing(true)
-	res, err := l.c.releaseScript(ctx, l.keys, l.token, false, releaseRecordTTL)
+	res, err := l.c.releaseWith(ctx, l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL, MinHold: l.minHold})
 	if err != nil {
 		l.setReleasing(false)
 	}
@@ -283,8 +284,14 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 // token's queue entry (a waiter that gives up); record 0 leaves no release
 // record (a forced unlock).
 func (c *Client) releaseScript(ctx context.Context, k node.Keys, token string, dropEntry bool, record time.Duration) (int64, error) {
-	return node.Release(k, token, node.ReleaseArgs{Record: record, GiveUp: dropEntry,
-		Sharded: c.notify.channels.sharded(), FenceLifetime: c.cfg.fenceLifetime}).Run(ctx, c.rdb).Int64()
+	return c.releaseWith(ctx, k, token, node.ReleaseArgs{Record: record, GiveUp: dropEntry})
+}
+
+// releaseWith runs the release script with a's record, give-up and min hold,
+// and the client's channels and fence lifetime.
+func (c *Client) releaseWith(ctx context.Context, k node.Keys, token string, a node.ReleaseArgs) (int64, error) {
+	a.Sharded, a.FenceLifetime = c.notify.channels.sharded(), c.cfg.fenceLifetime
+	return node.Release(k, token, a).Run(ctx, c.rdb).Int64()
 }
 
 // releaseRecordTTL is how long Redis keeps the record of a token's release, so

@@ -156,6 +156,7 @@ type acquireConfig struct {
 	wait    time.Duration
 	renew   bool
 	maxHold time.Duration
+	minHold time.Duration // WithMinHold; 0: none
 
 	replicas    int           // WithReplicas: acknowledgements to wait for
 	replicaWait time.Duration // and how long
@@ -269,6 +270,7 @@ type AcquireSettings struct {
 	Wait    time.Duration // WithWait, or DefaultWait
 	Renew   bool          // false after WithoutRenewal
 	MaxHold time.Duration // WithMaxHold; 0: no limit
+	MinHold time.Duration // WithMinHold; 0: none
 	// Replicas and ReplicaTimeout are WithReplicas'; 0 without it.
 	Replicas       int
 	ReplicaTimeout time.Duration
@@ -291,7 +293,7 @@ func ReadAcquireOptions(name string, b TTLBounds, opts ...AcquireOption) (Acquir
 	if err != nil {
 		return AcquireSettings{}, opError("acquire", name, err)
 	}
-	return AcquireSettings{TTL: ac.ttl, Wait: ac.wait, Renew: ac.renew, MaxHold: ac.maxHold,
+	return AcquireSettings{TTL: ac.ttl, Wait: ac.wait, Renew: ac.renew, MaxHold: ac.maxHold, MinHold: ac.minHold,
 		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, Reentrant: ac.reentrant, HoldWarning: ac.holdWarn,
 		Owner: ac.owner}, nil
 }

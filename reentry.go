@@ -56,20 +56,22 @@ func Reentrant(l Lock) Lock {
 // wraps the lock with Reentrant.
 func Reenter(ctx context.Context, name string, mine func(Lock) bool) (Lock, error) {
 	for c, _ := ctx.Value(lockKey{}).(*ctxLock); c != nil; c = c.outer {
-		h, shared := c.l.(*reentrantLock)
-		inner := c.l
-		if shared {
-			inner = h.r.lock
-		}
-		if !mine(inner) || inner.Name() != name || c.l.Context().Err() != nil {
-			continue
-		}
-		if !shared {
-			return nil, reentrant(name, inner,
-				"it was taken without WithReentry, and re-entry needs the consent of both acquisitions")
-		}
-		if nested := h.r.handle(); nested != nil {
-			return nested, nil
+		for _, m := range members(c.l) { // a MultiLock holds each of its names
+			h, shared := m.(*reentrantLock)
+			inner := m
+			if shared {
+				inner = h.r.lock
+			}
+			if !mine(inner) || inner.Name() != name || m.Context().Err() != nil {
+				continue
+			}
+			if !shared {
+				return nil, reentrant(name, inner,
+					"it was taken without WithReentry, and re-entry needs the consent of both acquisitions")
+			}
+			if nested := h.r.handle(); nested != nil {
+				return nested, nil
+			}
 		}
 	}
 	return nil, nil

@@ -74,7 +74,7 @@ type Harness struct {
 // (Expire), a lease without renewal running out (the stale holder cannot
 // touch the next one's lock, and its methods report ErrNotHeld from the
 // moment its context ended), renewal keeping a lock
-// past its TTL, WithMaxHold's limit; Refresh within and outside the bounds;
+// past its TTL, WithMaxHold's limit, WithMinHold's minimum; Refresh within and outside the bounds;
 // Do and dlock.Run (the lock in fn's context, release after fn and on a
 // panic, a loss during fn reported); mutual exclusion among goroutines; and
 // Close, when the Locker has a Close(context.Context) error method.
@@ -141,6 +141,7 @@ func (s *suite) tests() []conformanceTest {
 		{"NotHeldOnceLost", s.notHeldOnceLost},
 		{"RenewalKeepsLock", s.renewalKeepsLock},
 		{"MaxHold", s.maxHold},
+		{"MinHold", s.minHold},
 		{"Refresh", s.refresh},
 		{"Do", s.do},
 		{"DoPanic", s.doPanic},
@@ -515,6 +516,8 @@ func (s *suite) invalidInput(t *testing.T) {
 		{"ttl above max", name, []dlock.AcquireOption{dlock.WithTTL(s.bounds.Max + time.Millisecond)}, dlock.ErrInvalidTTL},
 		{"negative wait", name, []dlock.AcquireOption{dlock.WithWait(-time.Second)}, dlock.ErrInvalidOption},
 		{"negative max hold", name, []dlock.AcquireOption{dlock.WithMaxHold(-time.Second)}, dlock.ErrInvalidOption},
+		{"negative min hold", name, []dlock.AcquireOption{dlock.WithMinHold(-time.Second)}, dlock.ErrInvalidOption},
+		{"min hold above max hold", name, []dlock.AcquireOption{dlock.WithMinHold(2 * s.ttl), dlock.WithMaxHold(s.ttl)}, dlock.ErrInvalidOption},
 	}
 	for _, c := range cases {
 		opts := append([]dlock.AcquireOption{dlock.WithTTL(s.ttl), dlock.WithWait(s.patience)}, c.opts...)

@@ -31,7 +31,9 @@ type lock struct {
 	leased  time.Time     // the start of the last lease asked for (acquired, refreshed)
 	until   time.Time     // the end of the lease of a lock that is not renewed
 	maxHold time.Duration
-	hold    time.Time   // WithMaxHold's limit; zero without one
+	hold    time.Time // WithMaxHold's limit; zero without one
+	minHold time.Duration
+	granted time.Time   // for WithMinHold
 	notice  time.Time   // taken and renewed: when its next renewal finds the lock gone
 	stop    func() bool // the timer armed by arm, if any
 }
@@ -142,7 +144,7 @@ func (lk *lock) Release(ctx context.Context) error {
 		return opError("release", lk.name, dlock.ErrNotHeld)
 	}
 	lk.end(released, dlock.ErrReleased)
-	lk.l.free(lk.name)
+	lk.l.freeOrKeep(lk, lk.l.clock.Now())
 	return nil
 }
 
@@ -223,7 +225,7 @@ func (lk *lock) fire() {
 		lk.lose(fmt.Errorf("%w: lease of %v ran out (renewal off)", dlock.ErrLockLost, lk.ttl))
 	}
 	if wasHeld {
-		lk.l.free(lk.name)
+		lk.l.freeOrKeep(lk, now)
 	}
 }
 

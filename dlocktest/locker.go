@@ -38,6 +38,11 @@ type Locker struct {
 type entry struct {
 	holder  *lock
 	waiters []*waiter // in arrival order
+	// kept is set while the name is held by nobody after a release (or a
+	// lease run out) before the holder's min hold (dlock.WithMinHold); the
+	// name is free, or handed to the first waiter, at kept, as in Redis.
+	kept     time.Time
+	keptStop func() bool
 }
 
 // waiter is one Acquire waiting for a name. Its outcome is decided once,
@@ -165,7 +170,7 @@ func (l *Locker) take(ctx context.Context, name string, s dlock.AcquireSettings,
 		return lk, nil
 	}
 	if !wait || s.Wait == 0 {
-		err := busy(name, e.holder.leaseLeft(l.clock.Now()), nil)
+		err := busy(name, e.left(l.clock.Now()), nil)
 		l.mu.Unlock()
 		return nil, err
 	}
@@ -194,7 +199,8 @@ func (l *Locker) grant(ctx context.Context, name string, s dlock.AcquireSettings
 	now := l.clock.Now()
 	l.fences[name]++
 	lk := &lock{l: l, name: name, token: newToken(), fence: l.fences[name], renew: s.Renew,
-		ttl: s.TTL, maxHold: s.MaxHold, leased: now, until: now.Add(s.TTL), owner: s.Owner, since: now}
+		ttl: s.TTL, maxHold: s.MaxHold, leased: now, until: now.Add(s.TTL), owner: s.Owner, since: now,
+		minHold: s.MinHold, granted: now}
 	if lk.owner == "" {
 		lk.owner = "dlocktest"
 	}
@@ -224,6 +230,7 @@ func (l *Locker) free(name string) {
 		return
 	}
 	e.holder = nil
+	e.unkeep()
 	now := l.clock.Now()
 	for len(e.waiters) > 0 {
 		w := e.waiters[0]
@@ -256,9 +263,7 @@ func (l *Locker) giveUp(name string, w *waiter, cause error) {
 		if i := slices.Index(e.waiters, w); i >= 0 {
 			e.waiters = slices.Delete(e.waiters, i, i+1)
 		}
-		if e.holder != nil {
-			holderTTL = e.holder.leaseLeft(l.clock.Now())
-		}
+		holderTTL = e.left(l.clock.Now())
 	}
 	w.err = busy(name, holderTTL, cause)
 	close(w.done)
@@ -283,6 +288,9 @@ func (l *Locker) Expire(name string) bool {
 	defer l.mu.Unlock()
 	e := l.names[name]
 	if e == nil || e.holder == nil {
+		if e != nil && !e.kept.IsZero() {
+			l.free(name) // the key kept for a min hold, deleted
+		}
 		return false
 	}
 	e.holder.lose(fmt.Errorf("%w: no renewal confirmed before the lease deadline (dlocktest: Expire)", dlock.ErrLockLost))
@@ -306,6 +314,9 @@ func (l *Locker) ForceUnlock(name string) bool {
 	defer l.mu.Unlock()
 	e := l.names[name]
 	if e == nil || e.holder == nil {
+		if e != nil && !e.kept.IsZero() {
+			l.free(name) // the key kept for a min hold, deleted
+		}
 		return false
 	}
 	old := e.holder
@@ -362,6 +373,7 @@ func (l *Locker) Close(ctx context.Context) error {
 	}
 	l.closed = true
 	for name, e := range l.names {
+		e.unkeep()
 		for _, w := range e.waiters {
 			w.stop()
 			w.err = opError("acquire", name, dlock.ErrClosed)

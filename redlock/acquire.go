@@ -27,7 +27,7 @@ import (
 //
 // Options are read as a Client reads them (dlock.ReadAcquireOptions, with
 // the Redlock's TTL bounds): dlock.WithTTL, dlock.WithWait and
-// dlock.WithoutRenewal apply; dlock.WithMaxHold and dlock.WithReplicas are
+// dlock.WithoutRenewal apply; dlock.WithMaxHold, dlock.WithMinHold and dlock.WithReplicas are
 // refused with dlock.ErrInvalidOption.
 //
 // A Lock is renewed on all its nodes at a third of its TTL unless acquired
@@ -118,6 +118,11 @@ func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.Acquir
 		// No hold limit yet: refuse rather than accept a limit it would
 		// not keep.
 		err = fmt.Errorf("%w: WithMaxHold is not supported by Redlock", dlock.ErrInvalidOption)
+	case s.MinHold > 0:
+		// Keeping a released lock until grant + min hold needs each
+		// node's grant time and a release that shortens instead of
+		// deletes, on a quorum: not built, so refused.
+		err = fmt.Errorf("%w: WithMinHold is not supported by Redlock", dlock.ErrInvalidOption)
 	case s.Replicas > 0:
 		err = fmt.Errorf("%w: WithReplicas is not supported by Redlock, whose nodes are independent primaries", dlock.ErrInvalidOption)
 	case r.isClosed():

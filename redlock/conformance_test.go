@@ -31,6 +31,7 @@ func TestConformance(t *testing.T) {
 		Skip: map[string]string{
 			"FIFO":    "a Redlock's waiters retry with jittered backoff; there is no queue across nodes",
 			"MaxHold": "a Redlock refuses WithMaxHold",
+			"MinHold": "a Redlock refuses WithMinHold",
 		},
 	})
 }

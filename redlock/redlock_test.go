@@ -120,6 +120,7 @@ func TestRefusesMaxHoldAndReplicas(t *testing.T) {
 		opt  dlock.AcquireOption
 	}{
 		{"WithMaxHold", dlock.WithMaxHold(400 * time.Millisecond)},
+		{"WithMinHold", dlock.WithMinHold(400 * time.Millisecond)},
 		{"WithReplicas", dlock.WithReplicas(1, 100*time.Millisecond)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

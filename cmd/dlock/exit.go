@@ -76,7 +76,8 @@ func exitCode(err error, conflict int) int {
 		return ee.code
 	case errors.As(err, &ue),
 		errors.Is(err, dlock.ErrInvalidName),
-		errors.Is(err, dlock.ErrInvalidTTL):
+		errors.Is(err, dlock.ErrInvalidTTL),
+		errors.Is(err, dlock.ErrInvalidOption):
 		return exitUsage
 	case errors.Is(err, dlock.ErrLockLost):
 		return exitLost

@@ -22,7 +22,8 @@ type runOptions struct {
 	noWait    bool
 	killGrace time.Duration
 	owner     string
-	names     []string // --name: several locks, all or nothing
+	names     []string      // --name: several locks, all or nothing
+	minHold   time.Duration // --min-hold, 0: none
 }
 
 const runLong = `Run COMMAND while holding the lock NAME, like flock(1), etcdctl lock and
@@ -52,7 +53,13 @@ then SIGKILL after --kill-grace, and dlock exits 4.
 
 COMMAND runs in a background process group: it cannot read from the
 terminal (reads fail), so run interactive programs some other way. Ctrl-Z is
-ignored: a suspended dlock would stop renewing the lock while COMMAND runs on.`
+ignored: a suspended dlock would stop renewing the lock while COMMAND runs on.
+
+--min-hold D keeps the lock for at least D after it was taken, even when
+COMMAND ends sooner (dlock.WithMinHold): a cron job run on every machine with
+-n runs once per tick, also on a machine whose clock or cron is late. Choose D
+above the clock skew between machines and below the interval between ticks.
+If dlock dies, the lock ends after max(--ttl, D).`
 
 func newRunCmd(a *app) *cobra.Command {
 	var o runOptions
@@ -62,7 +69,8 @@ func newRunCmd(a *app) *cobra.Command {
 		Long:  runLong,
 		Example: `  dlock run --ttl 1m nightly-report -- ./report.sh --full
   dlock run -n -E 0 backup -- ./backup.sh    # exit 0 when a backup already runs
-  dlock run -N stock:bonn -N stock:lyon -- ./move-stock.sh`,
+  dlock run -N stock:bonn -N stock:lyon -- ./move-stock.sh
+  */5 * * * * dlock run --min-hold 30s -n -E 0 job -- ./job.sh   # once per tick`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			_, _, err := splitRunArgs(cmd.ArgsLenAtDash(), args, o.names)
 			return err
@@ -84,6 +92,7 @@ func newRunCmd(a *app) *cobra.Command {
 	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "fail at once when the lock is busy (--wait 0)")
 	fs.IntVarP(&a.conflict, "conflict-exit-code", "E", exitConflict, "exit code when the lock is busy")
 	fs.DurationVar(&o.killGrace, "kill-grace", 5*time.Second, "time COMMAND has to exit after SIGTERM before SIGKILL")
+	fs.DurationVar(&o.minHold, "min-hold", 0, "keep the lock at least this long after taking it, even when COMMAND ends sooner (once per cron tick)")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default host/pid command)")
 	// A repeated flag, not NAME,NAME: names may contain commas, and a flag
 	// cannot eat COMMAND's arguments.
@@ -120,6 +129,8 @@ func (a *app) run(ctx context.Context, o runOptions, names []string, argv []stri
 	switch {
 	case o.wait < 0:
 		return usagef("--wait %v is negative", o.wait)
+	case o.minHold < 0:
+		return usagef("--min-hold %v is negative", o.minHold)
 	case o.killGrace < 0:
 		return usagef("--kill-grace %v is negative", o.killGrace)
 	case a.conflict < 0 || a.conflict > 255:
@@ -166,6 +177,9 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, names []string, o ru
 	done := make(chan result, 1)
 	go func() {
 		opts := []dlock.AcquireOption{dlock.WithTTL(o.ttl), dlock.WithWait(o.wait)}
+		if o.minHold > 0 {
+			opts = append(opts, dlock.WithMinHold(o.minHold))
+		}
 		if len(names) == 1 {
 			l, err := c.Acquire(actx, names[0], opts...)
 			done <- result{l, err}

@@ -178,6 +178,9 @@ type ReleaseArgs struct {
 	// Sharded tells the next waiter on a shard channel (SPUBLISH).
 	Sharded       bool
 	FenceLifetime time.Duration
+	// MinHold, when set, keeps a lock released before grant + MinHold
+	// (server clock) until then, held by nobody (WithMinHold).
+	MinHold time.Duration
 }
 
 // Release lets token's lock go and hands it to the first live waiter. The
@@ -185,7 +188,7 @@ type ReleaseArgs struct {
 // re-sent release), 0 when the lock is not token's.
 func Release(k Keys, token string, a ReleaseArgs) Call {
 	return Call{scripts.Release, []string{k.Lock, k.Fence, k.Queue, k.QData, k.Record + token},
-		[]any{token, ms(a.Record), flag(a.GiveUp), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime)}}
+		[]any{token, ms(a.Record), flag(a.GiveUp), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime), ms(a.MinHold)}}
 }
 
 // PTTL is the remaining lease of token's lock in ms, -1 when not token's.

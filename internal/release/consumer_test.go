@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlockgocron"
 	"github.com/dlock-go/dlock/dlockgrpc"
 	"github.com/dlock-go/dlock/dlockotel"
 )
@@ -49,6 +50,10 @@ func main() {
 	intercept, err := dlockgrpc.UnaryServerInterceptor(locker, dlockgrpc.Method("rpc:"),
 		dlockgrpc.WithAcquireOptions(dlock.WithTTL(10*time.Second)))
 	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	if _, err := dlockgocron.New(locker, time.Minute, time.Hour); err != nil {
 		fmt.Println(err)
 		os.Exit(1)
 	}

@@ -9,9 +9,10 @@
 -- grant whose reply was lost): drop its queue entry and mark it,
 -- ARGV[4] prefix of the waiters' hand-off channels, ARGV[5] '1' to tell the
 -- waiter on a shard channel (SPUBLISH: in a Cluster the message stays on the
--- lock's shard), ARGV[6] the fence counter's idle lifetime in ms
--- Returns 1 when released now, 2 when this token was released before (a
--- re-sent release), 0 when the lock is not ours.
+-- lock's shard), ARGV[6] the fence counter's idle lifetime in ms, ARGV[7]
+-- the min hold in ms (WithMinHold), or 0 for none
+-- Returns 1 when released now (or kept for the min hold), 2 when this token
+-- was released before (a re-sent release), 0 when the lock is not ours.
 --
 -- With nobody waiting this is four commands (HGET, ZRANGE, DEL, SET).
 local key, fencekey, queue, qdata, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -39,6 +40,26 @@ if redis.call('HGET', key, 'token') ~= token then
     return 2
   end
   return 0
+end
+
+-- WithMinHold: released before grant + min hold, the lock is kept until then
+-- and handed to nobody, so that a job that finished early still blocks the
+-- tick on an instance that runs late. since is the server's clock at the
+-- grant or hand-off, as now is: no client clock takes part. The token is
+-- replaced by one no client has, so that this holder's renewal or Refresh
+-- already on the way extends nothing, and a re-sent release finds the
+-- record. Waiters wake at the lease's end, as after a crashed holder. The
+-- lease is only ever shortened: the first lease was at least the min hold.
+if ARGV[7] ~= '0' then
+  local left = tonumber(redis.call('HGET', key, 'since')) + tonumber(ARGV[7]) - server_now()
+  if left > 0 then
+    redis.call('HSET', key, 'token', 'min-hold')
+    if redis.call('PTTL', key) > left then
+      redis.call('PEXPIRE', key, left)
+    end
+    remember()
+    return 1
+  end
 end
 
 -- Hand over to the first waiter whose entry is still alive; entries of
