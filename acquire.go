@@ -22,7 +22,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 	ac, err := c.prepare(ctx, name, opts)
 	var l *redisLock
 	if err == nil {
-		r := c.attempt(ctx, name, c.keys(name), ac, newToken(), false)
+		r := c.attempt(ctx, name, c.keys(name), ac, ac.newToken(), false)
 		l, err = c.afterClose(ctx, name, r.lock, r.err)
 	}
 	return c.acquired(ctx, name, start, l, err)
@@ -80,7 +80,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 	// The keys are built once per call: every attempt and the wait use them.
 	k := c.keys(name)
 	if ac.wait == 0 {
-		r := c.attempt(ctx, name, k, ac, newToken(), false)
+		r := c.attempt(ctx, name, k, ac, ac.newToken(), false)
 		return r.lock, r.err
 	}
 	if !c.waitersOf(name) && !c.notify.active(k.Handoff+c.id) {
@@ -88,7 +88,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 		// plain attempt first, so an uncontended Acquire costs what
 		// TryAcquire does. A name contended lately goes straight into the
 		// queue, which costs the same when the lock is free.
-		r := c.attempt(ctx, name, k, ac, newToken(), false)
+		r := c.attempt(ctx, name, k, ac, ac.newToken(), false)
 		if !r.busy && !r.late {
 			return r.lock, r.err
 		}
@@ -130,6 +130,9 @@ func readAcquire(name string, b TTLBounds, opts []AcquireOption) (acquireConfig,
 	}
 	if err == nil && ac.maxHold < 0 {
 		err = fmt.Errorf("%w: max hold %v is negative", ErrInvalidOption, ac.maxHold)
+	}
+	if err == nil && ac.skipWriters && !ac.shared {
+		err = fmt.Errorf("%w: SkipWaitingWriters without Shared: only a reader can skip writers", ErrInvalidOption)
 	}
 	if err == nil && ac.maxHold > 0 && ac.maxHold < b.Min {
 		err = fmt.Errorf("%w: max hold %v is below the minimum TTL %v", ErrInvalidOption, ac.maxHold, b.Min)

@@ -155,6 +155,9 @@ type acquireConfig struct {
 
 	replicas    int           // WithReplicas: acknowledgements to wait for
 	replicaWait time.Duration // and how long
+
+	shared      bool // Shared: a read lock (rw.go)
+	skipWriters bool // SkipWaitingWriters
 }
 
 // WithTTL sets the lock's lease: how long Redis keeps the lock if the holder
@@ -226,6 +229,9 @@ type AcquireSettings struct {
 	// Replicas and ReplicaTimeout are WithReplicas'; 0 without it.
 	Replicas       int
 	ReplicaTimeout time.Duration
+	// Shared is Shared's: a read lock. A Locker without read locks
+	// refuses it with ErrInvalidOption; SkipWriters is SkipWaitingWriters'.
+	Shared, SkipWriters bool
 }
 
 // ReadAcquireOptions applies opts and checks them and name by the rules
@@ -239,7 +245,7 @@ func ReadAcquireOptions(name string, b TTLBounds, opts ...AcquireOption) (Acquir
 		return AcquireSettings{}, opError("acquire", name, err)
 	}
 	return AcquireSettings{TTL: ac.ttl, Wait: ac.wait, Renew: ac.renew, MaxHold: ac.maxHold,
-		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait}, nil
+		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, Shared: ac.shared, SkipWriters: ac.skipWriters}, nil
 }
 
 // checkName refuses names Redis would take but no user means: the empty

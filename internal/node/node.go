@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,6 +53,19 @@ func KeysOf(prefix, name string) Keys {
 	return Keys{Lock: base, Fence: take(sufFence), Queue: take(sufQueue), QData: take(sufQData),
 		Handoff: take(sufHandoff), Record: take(sufRecord)}
 }
+
+// SharedPrefix starts the token of every shared (read) acquisition. Real
+// tokens are otherwise lowercase hex, so no exclusive token starts with it,
+// and the calls below pick a reader's scripts by its token alone.
+const SharedPrefix = "R"
+
+// ReadersMarker is the token field of a lock that readers hold. No real
+// token equals it, so the exclusive scripts see "held by another" and need
+// no reader logic of their own.
+const ReadersMarker = "*readers"
+
+// IsShared reports whether token is a reader's.
+func IsShared(token string) bool { return strings.HasPrefix(token, SharedPrefix) }
 
 // Call is one run of a script: the script, its keys and its arguments.
 type Call struct {
