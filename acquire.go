@@ -176,7 +176,8 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 	}
 	sent := time.Now()
 	res, acked, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.ttl, Owner: c.cfg.owner,
-		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime}))
+		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime,
+		SkipWriters: ac.skipWriters}))
 	if err != nil {
 		// A lost reply may have granted the lock; an error reply of a
 		// queued attempt wrote nothing, but an earlier attempt of the

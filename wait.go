@@ -169,14 +169,20 @@ func (w *waiter) handOff(msg string) (int64, bool) {
 	return fence, ok && w.queued && fence > w.seen
 }
 
-// handedTo parses a hand-off message "token:fence" meant for token.
+// handedTo parses a hand-off message meant for token: "token:fence", or,
+// when one release let several readers of this client in, one entry per
+// token joined by ';' ("token:fence;token:fence"). A client waits with one
+// token per name, so the rest are stale entries or another Client's.
 func handedTo(msg, token string) (int64, bool) {
-	t, f, ok := strings.Cut(msg, ":")
-	if !ok || t != token {
-		return 0, false
+	for entry := range strings.SplitSeq(msg, ";") {
+		t, f, ok := strings.Cut(entry, ":")
+		if !ok || t != token {
+			continue
+		}
+		fence, err := strconv.ParseInt(f, 10, 64)
+		return fence, err == nil
 	}
-	fence, err := strconv.ParseInt(f, 10, 64)
-	return fence, err == nil
+	return 0, false
 }
 
 // handedOver makes the Lock a release handed to us. Its lease started after
