@@ -18,7 +18,9 @@ type lock struct {
 	token string
 	fence int64
 	renew bool
-	ctx   context.Context
+	// shared: a reader (dlock.Shared), one of entry.readers
+	shared bool
+	ctx    context.Context
 	// cancel ends ctx. It is called under Locker.mu, before the name goes
 	// to the next holder: whoever gets the lock next finds the previous
 	// holder's context ended.
@@ -140,7 +142,7 @@ func (lk *lock) Release(ctx context.Context) error {
 		return opError("release", lk.name, dlock.ErrNotHeld)
 	}
 	lk.end(released, dlock.ErrReleased)
-	lk.l.free(lk.name)
+	lk.l.drop(lk)
 	return nil
 }
 
@@ -221,7 +223,7 @@ func (lk *lock) fire() {
 		lk.lose(fmt.Errorf("%w: lease of %v ran out (renewal off)", dlock.ErrLockLost, lk.ttl))
 	}
 	if wasHeld {
-		lk.l.free(lk.name)
+		lk.l.drop(lk)
 	}
 }
 
@@ -248,9 +250,13 @@ func takenOver() error {
 	return fmt.Errorf("%w: renewal found the lock gone or taken over", dlock.ErrLockLost)
 }
 
-// newToken returns 128 random bits, hex encoded, as the Client's tokens.
-func newToken() string {
+// newToken returns 128 random bits, hex encoded, as the Client's tokens; a
+// reader's starts with "R", as the Client's do.
+func newToken(shared bool) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
+	if shared {
+		return "R" + hex.EncodeToString(b[:])
+	}
 	return hex.EncodeToString(b[:])
 }
