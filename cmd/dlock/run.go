@@ -21,6 +21,20 @@ type runOptions struct {
 	noWait    bool
 	killGrace time.Duration
 	owner     string
+	shared    bool // --shared: a read lock, as flock -s
+	skip      bool // --skip-waiting-writers
+}
+
+// acquireOptions are the options of the lock run takes.
+func (o runOptions) acquireOptions() []dlock.AcquireOption {
+	opts := []dlock.AcquireOption{dlock.WithTTL(o.ttl), dlock.WithWait(o.wait)}
+	if o.shared {
+		opts = append(opts, dlock.Shared())
+	}
+	if o.skip {
+		opts = append(opts, dlock.SkipWaitingWriters())
+	}
+	return opts
 }
 
 const runLong = `Run COMMAND while holding the lock NAME, like flock(1), etcdctl lock and
@@ -44,7 +58,12 @@ then SIGKILL after --kill-grace, and dlock exits 4.
 
 COMMAND runs in a background process group: it cannot read from the
 terminal (reads fail), so run interactive programs some other way. Ctrl-Z is
-ignored: a suspended dlock would stop renewing the lock while COMMAND runs on.`
+ignored: a suspended dlock would stop renewing the lock while COMMAND runs on.
+
+With --shared (-s) the lock is a read lock, like flock -s: any number of
+shared runs of NAME at once, none while a run without --shared (flock -x)
+holds it. A shared run waits while an exclusive run waits ahead of it, so
+readers cannot starve a writer; --skip-waiting-writers lifts that.`
 
 func newRunCmd(a *app) *cobra.Command {
 	var o runOptions
@@ -53,13 +72,17 @@ func newRunCmd(a *app) *cobra.Command {
 		Short: "Run a command while holding a lock",
 		Long:  runLong,
 		Example: `  dlock run --ttl 1m nightly-report -- ./report.sh --full
-  dlock run -n -E 0 backup -- ./backup.sh    # exit 0 when a backup already runs`,
+  dlock run -n -E 0 backup -- ./backup.sh    # exit 0 when a backup already runs
+  dlock run -s catalog -- ./export.sh        # many exports at once, none during an import`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			_, _, err := splitRunArgs(cmd.ArgsLenAtDash(), args)
 			return err
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, argv, _ := splitRunArgs(cmd.ArgsLenAtDash(), args)
+			if o.skip && !o.shared {
+				return usagef("--skip-waiting-writers needs -s/--shared: only a reader can skip writers")
+			}
 			if o.noWait {
 				if cmd.Flags().Changed("wait") {
 					return usagef("-n/--no-wait and -w/--wait exclude each other")
@@ -75,6 +98,8 @@ func newRunCmd(a *app) *cobra.Command {
 	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "fail at once when the lock is busy (--wait 0)")
 	fs.IntVarP(&a.conflict, "conflict-exit-code", "E", exitConflict, "exit code when the lock is busy")
 	fs.DurationVar(&o.killGrace, "kill-grace", 5*time.Second, "time COMMAND has to exit after SIGTERM before SIGKILL")
+	fs.BoolVarP(&o.shared, "shared", "s", false, "take a read (shared) lock, like flock -s")
+	fs.BoolVar(&o.skip, "skip-waiting-writers", false, "with --shared: join readers even while a writer waits (writers may starve)")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default host/pid command)")
 	return cmd
 }
@@ -142,7 +167,7 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, name string, o runOp
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := c.Acquire(actx, name, dlock.WithTTL(o.ttl), dlock.WithWait(o.wait))
+		l, err := c.Acquire(actx, name, o.acquireOptions()...)
 		done <- result{l, err}
 	}()
 	select {
