@@ -31,7 +31,7 @@ type LockInfo struct {
 	// Kind is KindExclusive, or KindShared when readers (Shared) hold it:
 	// then Token is a marker, not a holder's, Owner is empty, Fence is the
 	// largest reader fence, Since the oldest reader's, TTL the longest
-	// reader lease left, and Readers has each live reader.
+	// reader lease left, and Readers has each live reader, in grant order.
 	Kind    string
 	Readers []ReaderInfo
 	// Queue is the live waiters in line, first first (at most

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,7 +75,8 @@ func sharedInfo(i *LockInfo, f map[string]string, now time.Time) {
 			i.Since = r.Since
 		}
 	}
-	slices.SortFunc(i.Readers, func(a, b ReaderInfo) int { return a.Since.Compare(b.Since) })
+	// Fences grow in grant order; since has whole ms only.
+	slices.SortFunc(i.Readers, func(a, b ReaderInfo) int { return cmp.Compare(a.Fence, b.Fence) })
 }
 
 // queueOf reads the waiters in line (tokens in queue order, data the waiter
