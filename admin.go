@@ -188,6 +188,10 @@ func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error
 // (ErrNotHeld, with the new holder's LockInfo); a lock nobody holds gives
 // ErrNotHeld and an empty LockInfo.
 //
+// A read lock (Kind KindShared) takes either a reader's token (from
+// LockInfo.Readers), which drops that reader alone, or the lock's Token, a
+// marker, which drops every reader at once.
+//
 // It breaks mutual exclusion if the holder is alive: the holder learns at its
 // next renewal and its context is cancelled, but work it does until then
 // overlaps with the next holder's. Use fencing where that matters.
@@ -199,7 +203,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo,
 		// holder).
 		return LockInfo{}, opError("force unlock", name, errors.Unwrap(err))
 	}
-	if info.Token != token {
+	if info.Token != token && !info.readBy(token) {
 		return info, opError("force unlock", name, ErrNotHeld)
 	}
 	// No release record: the holder's own Release, later, must report ErrNotHeld

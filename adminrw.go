@@ -98,3 +98,8 @@ func queueOf(tokens []string, data map[string]string, now time.Time) []WaiterInf
 	}
 	return q
 }
+
+// readBy reports whether token is one of the live readers of i.
+func (i LockInfo) readBy(token string) bool {
+	return slices.ContainsFunc(i.Readers, func(r ReaderInfo) bool { return r.Token == token })
+}
