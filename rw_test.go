@@ -417,3 +417,81 @@ func TestSharedStaleBatchMessageIgnored(t *testing.T) {
 	}
 	_ = l.Release(bg)
 }
+
+// TestSharedBatchTwoReadersOfOneClient: two readers of one Client and one of
+// another wait behind a writer, and a second writer waits behind them. The
+// release lets all three readers in at once, with ONE message to the client
+// of the two, naming both tokens; the second writer still waits.
+func TestSharedBatchTwoReadersOfOneClient(t *testing.T) {
+	_, rdb, srv := setup(t)
+	cs := newClients(t, srv, 4)
+	ps := rdb.PSubscribe(bg, "dlock:{two}:w:*")
+	defer ps.Close()
+	if _, err := ps.Receive(bg); err != nil {
+		t.Fatal(err)
+	}
+	msgs := ps.Channel()
+	long, wait := dlock.WithTTL(10*time.Second), dlock.WithWait(8*time.Second)
+	w := mustAcquire(t, cs[0], "two", long)
+	a1 := acquireAsync(cs[1], "two", dlock.Shared(), long, wait)
+	waitFor(t, "first reader in line", func() bool { return queued(rdb, "two") == 1 })
+	a2 := acquireAsync(cs[1], "two", dlock.Shared(), long, wait)
+	// A reader of the same client lines up in Redis too (give it 1s).
+	for deadline := time.Now().Add(time.Second); queued(rdb, "two") < 2 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	n := queued(rdb, "two")
+	b1 := acquireAsync(cs[2], "two", dlock.Shared(), long, wait)
+	waitFor(t, "other client's reader in line", func() bool { return queued(rdb, "two") == n+1 })
+	w2 := acquireAsync(cs[3], "two", long, wait)
+	waitFor(t, "second writer in line", func() bool { return queued(rdb, "two") == n+2 })
+
+	released := time.Now()
+	if err := w.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	var got []dlock.Lock
+	for i, r := range []<-chan acquired{a1, a2, b1} {
+		select {
+		case res := <-r:
+			if res.err != nil {
+				t.Fatalf("reader %d: %v", i, res.err)
+			}
+			got = append(got, res.l)
+		case <-time.After(300*time.Millisecond - time.Since(released)):
+			t.Fatalf("reader %d not let in by the release within 300ms (%d in line before it)", i, n)
+		}
+	}
+	perClient := map[string][]string{}
+	for len(perClient) < 2 {
+		select {
+		case m := <-msgs:
+			perClient[m.Channel] = append(perClient[m.Channel], m.Payload)
+		case <-time.After(time.Second):
+			t.Fatalf("messages %v", perClient)
+		}
+	}
+	for ch, ps := range perClient {
+		if len(ps) != 1 {
+			t.Fatalf("%d messages to %s: %q", len(ps), ch, ps)
+		}
+	}
+	var two int
+	for _, ps := range perClient {
+		if strings.Count(ps[0], ";") == 1 {
+			two++
+		}
+	}
+	if two != 1 {
+		t.Fatalf("messages %v: want one naming both readers of one client", perClient)
+	}
+	select {
+	case r := <-w2:
+		t.Fatalf("second writer got %v while readers hold", r)
+	case <-time.After(100 * time.Millisecond):
+	}
+	for _, l := range got {
+		_ = l.Release(bg)
+	}
+	_ = await(t, "second writer", w2, 2*time.Second).Release(bg)
+}
