@@ -35,6 +35,12 @@ type InProcessOptions struct {
 	// from INCR, a bare DEL, no renewal. Check must find violations.
 	Naive bool
 
+	// PerClient is how many goroutines loop on each Client (default 1):
+	// above one, a Client's waiters of a name meet (writers in its local
+	// line, readers each in Redis). Their worker numbers are the Client's
+	// index plus k*Workers.
+	PerClient int
+
 	// Shared is the share of acquisitions that are read locks
 	// (dlock.Shared): they hold the name beside other reads, and, having no
 	// write to make, do not touch the resource. Zero: writes only.
@@ -136,11 +142,15 @@ func RunInProcess(ctx context.Context, addr, resAddr string, seed uint64, d time
 			clients[i] = dlock.MustNew(rdbs[i], dlock.WithPrefix(opts.Prefix+"lock:"),
 				dlock.WithReleaseTimeout(time.Second), dlock.WithOwner(fmt.Sprintf("torture-w%d", i)))
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.worker(ctx, i, clients[i], rdbs[i], stopAt)
-		}()
+		for g := range max(opts.PerClient, 1) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// The first goroutine of each Client keeps the Client's
+				// index, so a seed's choices do not change with PerClient.
+				r.worker(ctx, i+g*opts.Workers, clients[i], rdbs[i], stopAt)
+			}()
+		}
 	}
 	wg.Wait()
 	h.Stop = Now()

@@ -10,8 +10,8 @@ import (
 )
 
 // TestInProcessSharedFaults mixes read and write locks under every kind of
-// client-side fault: no write may overlap any other hold, reads may overlap
-// reads, and fences grow.
+// client-side fault, two goroutines on each Client: no write may overlap any
+// other hold, reads may overlap reads, and fences grow.
 func TestInProcessSharedFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("torture: seconds per seed")
@@ -22,7 +22,7 @@ func TestInProcessSharedFaults(t *testing.T) {
 	for _, seed := range seeds[:min(2, len(seeds))] {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Logf("seed %d; rerun it alone: %s=%d go test -race -count=1 -run InProcessSharedFaults ./internal/torture/", seed, seedEnv, seed)
-			h, err := RunInProcess(context.Background(), lockSrv.Addr, resSrv.Addr, seed, d, InProcessOptions{Shared: 0.6})
+			h, err := RunInProcess(context.Background(), lockSrv.Addr, resSrv.Addr, seed, d, InProcessOptions{Shared: 0.6, Workers: 3, PerClient: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
