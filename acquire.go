@@ -25,7 +25,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 	}
 	var l *redisLock
 	if err == nil {
-		r := c.attempt(ctx, name, c.keys(name), ac, newToken(), false)
+		r := c.attempt(ctx, name, c.keys(name), ac, ac.newToken(), false)
 		l, err = c.afterClose(ctx, name, r.lock, r.err)
 	}
 	return c.acquired(ctx, name, start, l, err, ac.reentrant)
@@ -90,7 +90,7 @@ func (c *Client) acquire(ctx context.Context, name string, ac acquireConfig) (*r
 	// The keys are built once per call: every attempt and the wait use them.
 	k := c.keys(name)
 	if ac.wait == 0 {
-		r := c.attempt(ctx, name, k, ac, newToken(), false)
+		r := c.attempt(ctx, name, k, ac, ac.newToken(), false)
 		return r.lock, r.err
 	}
 	if !c.waitersOf(name) && !c.notify.active(k.Handoff+c.id) {
@@ -98,7 +98,7 @@ func (c *Client) acquire(ctx context.Context, name string, ac acquireConfig) (*r
 		// plain attempt first, so an uncontended Acquire costs what
 		// TryAcquire does. A name contended lately goes straight into the
 		// queue, which costs the same when the lock is free.
-		r := c.attempt(ctx, name, k, ac, newToken(), false)
+		r := c.attempt(ctx, name, k, ac, ac.newToken(), false)
 		if !r.busy && !r.late {
 			return r.lock, r.err
 		}
@@ -145,6 +145,9 @@ func readAcquire(name string, b TTLBounds, opts []AcquireOption) (acquireConfig,
 	}
 	if err == nil && ac.maxHold < 0 {
 		err = fmt.Errorf("%w: max hold %v is negative", ErrInvalidOption, ac.maxHold)
+	}
+	if err == nil && ac.skipWriters && !ac.shared {
+		err = fmt.Errorf("%w: SkipWaitingWriters without Shared: only a reader can skip writers", ErrInvalidOption)
 	}
 	if err == nil && ac.maxHold > 0 && ac.maxHold < b.Min {
 		err = fmt.Errorf("%w: max hold %v is below the minimum TTL %v", ErrInvalidOption, ac.maxHold, b.Min)
@@ -201,7 +204,8 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 	}
 	sent := time.Now()
 	res, acked, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.firstLease(), Owner: owner,
-		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime}))
+		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime,
+		SkipWriters: ac.skipWriters}))
 	if err != nil {
 		// A lost reply may have granted the lock; an error reply of a
 		// queued attempt wrote nothing, but an earlier attempt of the

@@ -27,6 +27,16 @@ type LockInfo struct {
 	Lease   time.Duration // the lease the holder asked for (its TTL)
 	TTL     time.Duration // what is left of the lease now
 	Waiters int64         // clients lined up for it in Redis
+
+	// Kind is KindExclusive, or KindShared when readers (Shared) hold it:
+	// then Token is a marker, not a holder's, Owner is empty, Fence is the
+	// largest reader fence, Since the oldest reader's, TTL the longest
+	// reader lease left, and Readers has each live reader, in grant order.
+	Kind    string
+	Readers []ReaderInfo
+	// Queue is the live waiters in line, first first (at most
+	// maxQueueShown of them), with their owners.
+	Queue []WaiterInfo
 }
 
 // TokenPrefix is the first 8 characters of the token: enough to tell two
@@ -134,13 +144,18 @@ func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error
 		h       *redis.MapStringStringCmd
 		pttl    *redis.DurationCmd
 		waiters *redis.IntCmd
+		line    *redis.StringSliceCmd
+		qdata   *redis.MapStringStringCmd
 	}
 	pipe := c.rdb.Pipeline()
 	rs := make([]reads, len(names))
 	for i, name := range names {
 		k := c.keys(name)
-		rs[i] = reads{k: k, h: pipe.HGetAll(ctx, k.Lock), pttl: pipe.PTTL(ctx, k.Lock), waiters: pipe.ZCard(ctx, k.Queue)}
+		rs[i] = reads{k: k, h: pipe.HGetAll(ctx, k.Lock), pttl: pipe.PTTL(ctx, k.Lock), waiters: pipe.ZCard(ctx, k.Queue),
+			line: pipe.ZRange(ctx, k.Queue, 0, maxQueueShown-1), qdata: pipe.HGetAll(ctx, k.QData)}
 	}
+	// Leases and waiter entries are dated on the server's clock.
+	now := pipe.Time(ctx)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, redisError(err)
 	}
@@ -156,8 +171,12 @@ func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error
 		infos = append(infos, LockInfo{
 			Name: names[i], Key: r.k.Lock, Owner: f["owner"], Token: f["token"], Fence: fence,
 			Since: time.UnixMilli(since), Lease: time.Duration(lease) * time.Millisecond,
-			TTL: r.pttl.Val(), Waiters: r.waiters.Val(),
+			TTL: r.pttl.Val(), Waiters: r.waiters.Val(), Kind: KindExclusive,
+			Queue: queueOf(r.line.Val(), r.qdata.Val(), now.Val()),
 		})
+		if f["token"] == node.ReadersMarker {
+			sharedInfo(&infos[len(infos)-1], f, now.Val())
+		}
 	}
 	return infos, nil
 }
@@ -168,6 +187,10 @@ func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error
 // compare-and-delete: a lock that changed hands since is left alone
 // (ErrNotHeld, with the new holder's LockInfo); a lock nobody holds gives
 // ErrNotHeld and an empty LockInfo.
+//
+// A read lock (Kind KindShared) takes either a reader's token (from
+// LockInfo.Readers), which drops that reader alone, or the lock's Token, a
+// marker, which drops every reader at once.
 //
 // It breaks mutual exclusion if the holder is alive: the holder learns at its
 // next renewal and its context is cancelled, but work it does until then
@@ -180,7 +203,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo,
 		// holder).
 		return LockInfo{}, opError("force unlock", name, errors.Unwrap(err))
 	}
-	if info.Token != token {
+	if info.Token != token && !info.readBy(token) {
 		return info, opError("force unlock", name, ErrNotHeld)
 	}
 	// No release record: the holder's own Release, later, must report ErrNotHeld

@@ -26,5 +26,6 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		Waiters: func(l dlock.Locker, name string) int { return dlock.LocalWaiters(l.(*dlock.Client), name) },
+		Shared:  true,
 	})
 }

@@ -26,6 +26,17 @@
 // (FromContext), and the lock is released when the function returns or
 // panics (the panic keeps its stack).
 //
+// # Read-write locks
+//
+// Shared makes an acquisition a read lock: readers hold a name together,
+// never beside a writer (an acquisition without Shared). A reader is a Lock
+// like any other, with its own token, lease, renewal, loss and fence. A
+// waiting writer keeps new readers out (SkipWaitingWriters lets a reader
+// past it, at the risk of starving writers), and the writer's release, or
+// the last reader's, hands the name to the next writer or to every reader
+// in line up to it. As with sync.RWMutex, a reader must not take the same
+// name again while it reads: behind a waiting writer, that waits for itself.
+//
 // # Errors and configuration
 //
 // Every error is an *Error naming the operation and the lock, and matches
@@ -84,4 +95,6 @@
 // dlock:{order:42}:w:<client id>. The braces are a hash tag: all keys of one
 // lock share a Cluster slot. A lock released before its min hold
 // (WithMinHold) keeps its hash, with the token "min-hold", until then.
+// Readers live in the same hash: its token is a marker, and each reader has
+// a field r:<token> with its lease's end.
 package dlock

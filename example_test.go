@@ -254,3 +254,30 @@ func ExampleWithReentry() {
 	// shipping under fence true
 	// held after the nested release: true
 }
+
+// Readers share a name; a writer waits for them, and while it waits, new
+// readers wait behind it.
+func ExampleShared() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.MustNew(rdb)
+	defer locker.Close(ctx)
+
+	r1, _ := locker.TryAcquire(ctx, "catalog", dlock.Shared())
+	r2, err := locker.TryAcquire(ctx, "catalog", dlock.Shared())
+	fmt.Println("two readers at once:", err == nil)
+
+	_, err = locker.TryAcquire(ctx, "catalog")
+	fmt.Println("writer while they read:", errors.Is(err, dlock.ErrNotObtained))
+
+	_ = r1.Release(ctx)
+	_ = r2.Release(ctx)
+	w, err := locker.TryAcquire(ctx, "catalog")
+	fmt.Println("writer once they left:", err == nil, "fence above the readers':", err == nil && w.Fence() > r2.Fence())
+	_ = w.Release(ctx)
+	// Output:
+	// two readers at once: true
+	// writer while they read: true
+	// writer once they left: true fence above the readers': true
+}

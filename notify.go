@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,8 +34,10 @@ type subscription struct {
 	refs    int
 	ready   chan struct{} // closed when Redis confirmed the subscription
 	isReady bool
-	msgs    chan string // payloads; a slow reader loses the oldest, never blocks the reader
-	linger  *time.Timer
+	// outs has a channel per waiter listening (see listen), each given
+	// every payload; a slow one loses its oldest, never blocks the reader.
+	outs   []chan string
+	linger *time.Timer
 }
 
 func newNotifier(rdb redis.UniversalClient) *notifier {
@@ -66,7 +69,7 @@ func (n *notifier) subscribe(ctx context.Context, channel string) (*subscription
 	if err != nil {
 		return nil, err
 	}
-	s := &subscription{channel: channel, session: key, refs: 1, ready: make(chan struct{}), msgs: make(chan string, 4)}
+	s := &subscription{channel: channel, session: key, refs: 1, ready: make(chan struct{})}
 	// The SUBSCRIBE is written under mu, so it cannot overtake the
 	// UNSUBSCRIBE of an earlier subscription of the same channel.
 	if sess := n.sessions[key]; sess == nil {
@@ -155,23 +158,45 @@ func (n *notifier) markReady(channel string) {
 
 func (n *notifier) deliver(channel, payload string) {
 	n.mu.Lock()
-	s := n.subs[channel]
-	n.mu.Unlock()
-	if s == nil {
-		return
+	var outs []chan string
+	if s := n.subs[channel]; s != nil {
+		outs = slices.Clone(s.outs)
 	}
+	n.mu.Unlock()
+	for _, out := range outs {
+		push(out, payload)
+	}
+}
+
+// push sends payload on out, dropping the oldest payload when out is full.
+// Waiters re-check Redis on a timer, so a lost message costs latency, never
+// correctness.
+func push(out chan string, payload string) {
 	for {
 		select {
-		case s.msgs <- payload:
+		case out <- payload:
 			return
 		default:
 		}
-		// Full: drop the oldest. Waiters re-check Redis on a timer, so a
-		// lost message costs latency, never correctness.
 		select {
-		case <-s.msgs:
+		case <-out:
 		default:
 		}
+	}
+}
+
+// listen gives the caller its own copy of s's payloads until stop is
+// called. Several waiters of one client can listen on one channel: readers
+// of a name, which a release lets in together with one message.
+func (n *notifier) listen(s *subscription) (msgs <-chan string, stop func()) {
+	ch := make(chan string, 4)
+	n.mu.Lock()
+	s.outs = append(s.outs, ch)
+	n.mu.Unlock()
+	return ch, func() {
+		n.mu.Lock()
+		s.outs = slices.DeleteFunc(s.outs, func(c chan string) bool { return c == ch })
+		n.mu.Unlock()
 	}
 }
 

@@ -167,6 +167,9 @@ type acquireConfig struct {
 	holdWarnSet bool          // WithHoldWarning was given; else DefaultHoldWarningTTLs × TTL
 
 	owner string // WithAcquireOwner; "" for the Locker's own
+
+	shared      bool // Shared: a read lock (rw.go)
+	skipWriters bool // SkipWaitingWriters
 }
 
 // WithTTL sets the lock's lease: how long Redis keeps the lock if the holder
@@ -281,6 +284,9 @@ type AcquireSettings struct {
 	HoldWarning time.Duration
 	// Owner is WithAcquireOwner's text; "" means the Locker's own.
 	Owner string
+	// Shared is Shared's: a read lock. A Locker without read locks
+	// refuses it with ErrInvalidOption; SkipWriters is SkipWaitingWriters'.
+	Shared, SkipWriters bool
 }
 
 // ReadAcquireOptions applies opts and checks them and name by the rules
@@ -295,7 +301,7 @@ func ReadAcquireOptions(name string, b TTLBounds, opts ...AcquireOption) (Acquir
 	}
 	return AcquireSettings{TTL: ac.ttl, Wait: ac.wait, Renew: ac.renew, MaxHold: ac.maxHold, MinHold: ac.minHold,
 		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, Reentrant: ac.reentrant, HoldWarning: ac.holdWarn,
-		Owner: ac.owner}, nil
+		Owner: ac.owner, Shared: ac.shared, SkipWriters: ac.skipWriters}, nil
 }
 
 // checkName refuses names Redis would take but no user means: the empty

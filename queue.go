@@ -12,6 +12,9 @@ type localQueue struct {
 	// turns has one channel per waiting goroutine, in arrival order,
 	// closed when that goroutine is first in line. Guarded by Client.qmu.
 	turns []chan struct{}
+	// readers counts the waiting readers, which take no turn (see
+	// joinShared). Guarded by Client.qmu.
+	readers int
 
 	mu     sync.Mutex
 	holder time.Duration // the holder's lease at the last attempt
@@ -70,7 +73,32 @@ func (c *Client) leaveLocal(name string, q *localQueue, turn chan struct{}) {
 		}
 		break
 	}
-	if len(q.turns) == 0 {
+	if len(q.turns) == 0 && q.readers == 0 {
+		delete(c.queues, name)
+	}
+}
+
+// joinShared counts a waiting reader of name: readers take no turn, each
+// waits in the Redis queue with its own token, but a new Acquire of name
+// must still see that this process waits for it (waitersOf).
+func (c *Client) joinShared(name string) *localQueue {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	q := c.queues[name]
+	if q == nil {
+		q = &localQueue{}
+		c.queues[name] = q
+	}
+	q.readers++
+	return q
+}
+
+// leaveShared undoes joinShared.
+func (c *Client) leaveShared(name string, q *localQueue) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	q.readers--
+	if len(q.turns) == 0 && q.readers == 0 && c.queues[name] == q {
 		delete(c.queues, name)
 	}
 }

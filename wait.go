@@ -14,7 +14,8 @@ import (
 // waiter is one Acquire's wait for a busy lock: first in this process's
 // line for the name, then, once first, in the queue in Redis. Only the first
 // local waiter of a name gets past the local line, so one goroutine per name
-// and process talks to Redis.
+// and process talks to Redis. Readers (Shared) skip the local line: each
+// waits in the Redis queue with its own token.
 //
 // Until Redis confirms the subscription to this client's hand-off channel,
 // the waiter makes plain attempts on its timer, without queueing: a hand-off
@@ -28,6 +29,7 @@ type waiter struct {
 	ac   acquireConfig
 	q    *localQueue   // this process's line for the name
 	sub  *subscription // this client's hand-off channel for the name
+	msgs <-chan string // this waiter's copy of sub's messages
 
 	token string // of the attempts: a fresh one after a grant was given back
 	// queued: an attempt may have put token in the Redis queue. Every
@@ -46,20 +48,30 @@ func (w *waiter) wait(ctx context.Context) (*redisLock, error) {
 	defer cancel()
 	defer context.AfterFunc(w.c.closing, cancel)() // Close ends the wait
 
-	q, turn := w.c.joinLocal(w.name)
-	defer w.c.leaveLocal(w.name, q, turn)
-	w.q = q
-	select {
-	case <-turn:
-	case <-wctx.Done():
-		return nil, w.gaveUp(ctx)
+	if w.ac.shared {
+		// Readers do not line up locally: each queues its own token in
+		// Redis, so that one release lets in every reader of this process
+		// that waits ahead of the next writer, with one message for all.
+		w.q = w.c.joinShared(w.name)
+		defer w.c.leaveShared(w.name, w.q)
+	} else {
+		q, turn := w.c.joinLocal(w.name)
+		defer w.c.leaveLocal(w.name, q, turn)
+		w.q = q
+		select {
+		case <-turn:
+		case <-wctx.Done():
+			return nil, w.gaveUp(ctx)
+		}
 	}
 	sub, err := w.c.notify.subscribe(wctx, w.keys.Handoff+w.c.id)
 	if err != nil {
 		return nil, opError("acquire", w.name, redisError(err))
 	}
 	defer w.c.notify.unsubscribe(sub)
-	w.sub, w.token = sub, newToken()
+	msgs, stop := w.c.notify.listen(sub)
+	defer stop()
+	w.sub, w.msgs, w.token = sub, msgs, w.ac.newToken()
 	return w.inLine(ctx, wctx)
 }
 
@@ -124,7 +136,7 @@ func (w *waiter) try(ctx context.Context) attemptResult {
 
 // freshToken starts over with a new token after the last one was given
 // back (released by token): it is in no queue yet.
-func (w *waiter) freshToken() { w.token, w.queued = newToken(), false }
+func (w *waiter) freshToken() { w.token, w.queued = w.ac.newToken(), false }
 
 // listen waits, after a busy attempt, for what comes first: a hand-off of
 // the lock to token (its fence, above 0), the subscription's confirmation or
@@ -138,7 +150,7 @@ func (w *waiter) listen(done <-chan struct{}, holder time.Duration) (fence int64
 	defer timer.Stop()
 	for {
 		select {
-		case msg := <-w.sub.msgs:
+		case msg := <-w.msgs:
 			if fence, ok := w.handOff(msg); ok {
 				return fence, true
 			}
@@ -169,14 +181,20 @@ func (w *waiter) handOff(msg string) (int64, bool) {
 	return fence, ok && w.queued && fence > w.seen
 }
 
-// handedTo parses a hand-off message "token:fence" meant for token.
+// handedTo parses a hand-off message meant for token: "token:fence", or,
+// when one release let several readers of this client in, one entry per
+// token joined by ';' ("token:fence;token:fence"). A client waits with one
+// token per name, so the rest are stale entries or another Client's.
 func handedTo(msg, token string) (int64, bool) {
-	t, f, ok := strings.Cut(msg, ":")
-	if !ok || t != token {
-		return 0, false
+	for entry := range strings.SplitSeq(msg, ";") {
+		t, f, ok := strings.Cut(entry, ":")
+		if !ok || t != token {
+			continue
+		}
+		fence, err := strconv.ParseInt(f, 10, 64)
+		return fence, err == nil
 	}
-	fence, err := strconv.ParseInt(f, 10, 64)
-	return fence, err == nil
+	return 0, false
 }
 
 // handedOver makes the Lock a release handed to us. Its lease started after

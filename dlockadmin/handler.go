@@ -92,14 +92,41 @@ type lockJSON struct {
 	AgeMs       int64     `json:"age_ms"`   // since acquisition, on this server's clock
 	Since       time.Time `json:"since"`    // acquisition, on the holder's clock
 	Waiters     int64     `json:"waiters"`
+	Kind        string    `json:"kind"` // "exclusive" or "shared"
+	// Readers of a shared lock, and the waiters in line (owner, kind).
+	Readers []readerJSON `json:"readers,omitempty"`
+	Queue   []waiterJSON `json:"queue,omitempty"`
+}
+
+type readerJSON struct {
+	Owner       string    `json:"owner"`
+	TokenPrefix string    `json:"token_prefix"`
+	Fence       int64     `json:"fence"`
+	TTLms       int64     `json:"ttl_ms"`
+	LeaseMs     int64     `json:"lease_ms"`
+	Since       time.Time `json:"since"`
+}
+
+type waiterJSON struct {
+	Owner       string `json:"owner"`
+	TokenPrefix string `json:"token_prefix"`
+	Shared      bool   `json:"shared"`
 }
 
 func toJSON(i dlock.LockInfo, now time.Time) lockJSON {
-	return lockJSON{
+	j := lockJSON{
 		Name: i.Name, Owner: i.Owner, TokenPrefix: i.TokenPrefix(), Fence: i.Fence,
 		TTLms: i.TTL.Milliseconds(), LeaseMs: i.Lease.Milliseconds(),
-		AgeMs: age(i, now).Milliseconds(), Since: i.Since.UTC(), Waiters: i.Waiters,
+		AgeMs: age(i, now).Milliseconds(), Since: i.Since.UTC(), Waiters: i.Waiters, Kind: i.Kind,
 	}
+	for _, r := range i.Readers {
+		j.Readers = append(j.Readers, readerJSON{Owner: r.Owner, TokenPrefix: r.TokenPrefix(), Fence: r.Fence,
+			TTLms: r.TTL.Milliseconds(), LeaseMs: r.Lease.Milliseconds(), Since: r.Since.UTC()})
+	}
+	for _, w := range i.Queue {
+		j.Queue = append(j.Queue, waiterJSON{Owner: w.Owner, TokenPrefix: w.TokenPrefix(), Shared: w.Shared})
+	}
+	return j
 }
 
 // age is how long i has been held at now, never negative: Since is on the

@@ -52,6 +52,7 @@ type row struct {
 	Fence                          int64
 	TTL, Lease, Age, Since         string
 	Waiters                        int64
+	Line                           string // the waiters in line, with their owners
 }
 
 func toRow(i dlock.LockInfo, now time.Time) row {
@@ -59,11 +60,32 @@ func toRow(i dlock.LockInfo, now time.Time) row {
 	if i.TTL >= 0 {
 		ttl = human(i.TTL)
 	}
-	return row{
+	r := row{
 		Name: i.Name, Href: "api/locks/" + url.PathEscape(i.Name), Owner: i.Owner, TokenPrefix: i.TokenPrefix(),
 		Fence: i.Fence, TTL: ttl, Lease: human(i.Lease), Age: human(age(i, now)),
-		Since: i.Since.UTC().Format(time.RFC3339Nano), Waiters: i.Waiters,
+		Since: i.Since.UTC().Format(time.RFC3339Nano), Waiters: i.Waiters, Line: lineText(i),
 	}
+	if i.Kind == dlock.KindShared {
+		owners := make([]string, 0, len(i.Readers))
+		for _, rd := range i.Readers {
+			owners = append(owners, rd.Owner+" ("+human(rd.TTL)+" left)")
+		}
+		r.Owner = "read by " + strings.Join(owners, ", ")
+	}
+	return r
+}
+
+// lineText lists the waiters in line for a cell's title: owner and kind.
+func lineText(i dlock.LockInfo) string {
+	parts := make([]string, 0, len(i.Queue))
+	for _, w := range i.Queue {
+		kind := "write"
+		if w.Shared {
+			kind = "read"
+		}
+		parts = append(parts, w.Owner+" ("+kind+")")
+	}
+	return strings.Join(parts, ", ")
 }
 
 // human formats d for a table cell: precise when short, coarse when long,

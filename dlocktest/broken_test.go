@@ -38,11 +38,19 @@ func (b *brokenLocker) wrap(lk dlock.Lock, err error) (dlock.Lock, error) {
 }
 
 func (b *brokenLocker) TryAcquire(ctx context.Context, name string, opts ...dlock.AcquireOption) (dlock.Lock, error) {
-	return b.wrap(b.Locker.TryAcquire(ctx, name, opts...))
+	return b.wrap(b.Locker.TryAcquire(ctx, name, b.opts(name, opts)...))
 }
 
 func (b *brokenLocker) Acquire(ctx context.Context, name string, opts ...dlock.AcquireOption) (dlock.Lock, error) {
-	return b.wrap(b.Locker.Acquire(ctx, name, opts...))
+	return b.wrap(b.Locker.Acquire(ctx, name, b.opts(name, opts)...))
+}
+
+// opts lets every reader skip waiting writers in the writers-starve variant.
+func (b *brokenLocker) opts(name string, opts []dlock.AcquireOption) []dlock.AcquireOption {
+	if s, err := dlock.ReadAcquireOptions(name, dlock.DefaultTTLBounds, opts...); b.variant == "writers-starve" && err == nil && s.Shared {
+		return append(opts, dlock.SkipWaitingWriters())
+	}
+	return opts
 }
 
 func (b *brokenLocker) Do(ctx context.Context, name string, fn func(context.Context) error, opts ...dlock.AcquireOption) error {
@@ -96,6 +104,7 @@ func TestBrokenLockerHelper(t *testing.T) {
 	h.Expire = func(t *testing.T, l dlock.Locker, name string) { l.(*brokenLocker).Expire(name) }
 	h.Waiters = func(l dlock.Locker, name string) int { return l.(*brokenLocker).Waiters(name) }
 	h.Patience = time.Second
+	h.Shared = true
 	if variant == "deaf" {
 		h.Patience = 300 * time.Millisecond // it waits the patience out in every subtest
 	}
@@ -111,10 +120,11 @@ func TestConformanceCatchesBrokenLockers(t *testing.T) {
 	}
 	t.Parallel()
 	for variant, want := range map[string][]string{
-		"stuck-fence":    {"RoundTrip", "HandOff", "FIFO", "FencesGrow", "Loss", "LeaseWithoutRenewal", "MaxHold", "MutualExclusion"},
+		"stuck-fence":    {"RoundTrip", "HandOff", "FIFO", "FencesGrow", "Loss", "LeaseWithoutRenewal", "MaxHold", "MutualExclusion", "SharedCoexist", "SharedExcludesWriter", "SharedLoss"},
 		"double-release": {"AfterRelease", "Loss", "LeaseWithoutRenewal", "NotHeldOnceLost", "MaxHold", "Do", "Close"},
 		"bare-busy":      {"BusyError", "WaitLimit", "ContextCancelled", "ContextDeadline", "RenewalKeepsLock", "DoBusy"},
-		"deaf":           {"RoundTrip", "FencesGrow", "Loss", "LeaseWithoutRenewal", "NotHeldOnceLost", "MaxHold", "DoLoss", "Close"},
+		"deaf":           {"RoundTrip", "FencesGrow", "Loss", "LeaseWithoutRenewal", "NotHeldOnceLost", "MaxHold", "DoLoss", "Close", "SharedLoss"},
+		"writers-starve": {"SharedWaitingWriterFirst"},
 	} {
 		t.Run(variant, func(t *testing.T) {
 			t.Parallel()

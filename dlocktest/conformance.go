@@ -51,6 +51,11 @@ type Harness struct {
 	// long.
 	Patience time.Duration
 
+	// Shared says the Locker has read locks (dlock.Shared): the Shared*
+	// subtests run. Without it one subtest, SharedRefused, checks that the
+	// Locker refuses Shared with ErrInvalidOption instead.
+	Shared bool
+
 	// Skip names subtests the implementation does not support, each with
 	// the reason, for example {"MaxHold": "Redlock refuses WithMaxHold"}.
 	// A name that is no subtest fails the suite, so the list cannot rot.
@@ -76,8 +81,10 @@ type Harness struct {
 // moment its context ended), renewal keeping a lock
 // past its TTL, WithMaxHold's limit, WithMinHold's minimum; Refresh within and outside the bounds;
 // Do and dlock.Run (the lock in fn's context, release after fn and on a
-// panic, a loss during fn reported); mutual exclusion among goroutines; and
-// Close, when the Locker has a Close(context.Context) error method.
+// panic, a loss during fn reported); mutual exclusion among goroutines;
+// Close, when the Locker has a Close(context.Context) error method; and read
+// locks (see Harness.Shared): readers coexist, exclude a writer both ways, a
+// waiting writer keeps new readers out, a lost reader learns it.
 func Conformance(t *testing.T, h Harness) {
 	if h.New == nil || h.Expire == nil {
 		t.Fatal("dlocktest.Conformance: Harness.New and Harness.Expire are required")
@@ -124,7 +131,7 @@ type suite struct {
 const arrival = 100 * time.Millisecond
 
 func (s *suite) tests() []conformanceTest {
-	return []conformanceTest{
+	tests := []conformanceTest{
 		{"RoundTrip", s.roundTrip},
 		{"BusyError", s.busyError},
 		{"HandOff", s.handOff},
@@ -153,6 +160,7 @@ func (s *suite) tests() []conformanceTest {
 		{"MutualExclusion", s.mutualExclusion},
 		{"Close", s.close},
 	}
+	return append(tests, s.sharedTests()...)
 }
 
 // name is the lock name of one subtest: unique, so subtests can share a

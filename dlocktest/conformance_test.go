@@ -24,6 +24,7 @@ func harness(loseWith func(l *dlocktest.Locker, name string) bool) dlocktest.Har
 			}
 		},
 		Waiters: func(l dlock.Locker, name string) int { return l.(*dlocktest.Locker).Waiters(name) },
+		Shared:  true,
 	}
 }
 

@@ -20,7 +20,9 @@ type lock struct {
 	renew bool
 	owner string    // dlock.WithAcquireOwner's, or "dlocktest"
 	since time.Time // acquired (granted or handed over), on the clock
-	ctx   context.Context
+	// shared: a reader (dlock.Shared), one of entry.readers
+	shared bool
+	ctx    context.Context
 	// cancel ends ctx. It is called under Locker.mu, before the name goes
 	// to the next holder: whoever gets the lock next finds the previous
 	// holder's context ended.
@@ -144,7 +146,7 @@ func (lk *lock) Release(ctx context.Context) error {
 		return opError("release", lk.name, dlock.ErrNotHeld)
 	}
 	lk.end(released, dlock.ErrReleased)
-	lk.l.freeOrKeep(lk, lk.l.clock.Now())
+	lk.l.release(lk, lk.l.clock.Now())
 	return nil
 }
 
@@ -225,7 +227,7 @@ func (lk *lock) fire() {
 		lk.lose(fmt.Errorf("%w: lease of %v ran out (renewal off)", dlock.ErrLockLost, lk.ttl))
 	}
 	if wasHeld {
-		lk.l.freeOrKeep(lk, now)
+		lk.l.release(lk, now)
 	}
 }
 
@@ -252,9 +254,13 @@ func takenOver() error {
 	return fmt.Errorf("%w: renewal found the lock gone or taken over", dlock.ErrLockLost)
 }
 
-// newToken returns 128 random bits, hex encoded, as the Client's tokens.
-func newToken() string {
+// newToken returns 128 random bits, hex encoded, as the Client's tokens; a
+// reader's starts with "R", as the Client's do.
+func newToken(shared bool) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
+	if shared {
+		return "R" + hex.EncodeToString(b[:])
+	}
 	return hex.EncodeToString(b[:])
 }

@@ -12,8 +12,9 @@ import (
 
 // Locker is an in-memory dlock.Locker with the semantics of *dlock.Client:
 // the same validation and errors, waits in FIFO order with hand-off, fences
-// that grow per name, leases that end on its Clock, and a lock context that
-// ends with the Client's causes. It starts no goroutines (with the real
+// that grow per name, leases that end on its Clock, a lock context that
+// ends with the Client's causes, and read locks (dlock.Shared) with the
+// Client's rules: writers first, readers let in together. It starts no goroutines (with the real
 // clock, package time runs expiries), and is safe for concurrent use.
 //
 // All Lockers made by New are independent: locks of one are invisible to
@@ -36,8 +37,9 @@ type Locker struct {
 // entry is one name that is held or waited for. A free name has no waiters:
 // the moment it is freed, the first live waiter gets it.
 type entry struct {
-	holder  *lock
-	waiters []*waiter // in arrival order
+	holder  *lock              // the exclusive holder, or nil
+	readers map[*lock]struct{} // the shared holders (dlock.Shared), when no holder
+	waiters []*waiter          // in arrival order
 	// kept is set while the name is held by nobody after a release (or a
 	// lease run out) before the holder's min hold (dlock.WithMinHold); the
 	// name is free, or handed to the first waiter, at kept, as in Redis.
@@ -164,7 +166,7 @@ func (l *Locker) take(ctx context.Context, name string, s dlock.AcquireSettings,
 		return nil, opError("acquire", name, ctx.Err())
 	}
 	e := l.names[name]
-	if e == nil {
+	if e == nil || e.admits(s) {
 		lk := l.grant(ctx, name, s)
 		l.mu.Unlock()
 		return lk, nil
@@ -184,6 +186,7 @@ func (l *Locker) take(ctx context.Context, name string, s dlock.AcquireSettings,
 	case <-ctx.Done():
 		l.mu.Lock()
 		l.giveUp(name, w, ctx.Err())
+		l.handOff(name)
 		l.mu.Unlock()
 	}
 	// Decided under mu before done was closed, or just above.
@@ -198,7 +201,7 @@ func (l *Locker) take(ctx context.Context, name string, s dlock.AcquireSettings,
 func (l *Locker) grant(ctx context.Context, name string, s dlock.AcquireSettings) *lock {
 	now := l.clock.Now()
 	l.fences[name]++
-	lk := &lock{l: l, name: name, token: newToken(), fence: l.fences[name], renew: s.Renew,
+	lk := &lock{l: l, name: name, token: newToken(s.Shared), fence: l.fences[name], renew: s.Renew, shared: s.Shared,
 		ttl: s.TTL, maxHold: s.MaxHold, leased: now, until: now.Add(s.TTL), owner: s.Owner, since: now,
 		minHold: s.MinHold, granted: now}
 	if lk.owner == "" {
@@ -215,15 +218,21 @@ func (l *Locker) grant(ctx context.Context, name string, s dlock.AcquireSettings
 		e = &entry{}
 		l.names[name] = e
 	}
-	e.holder = lk
+	if s.Shared {
+		if e.readers == nil {
+			e.readers = map[*lock]struct{}{}
+		}
+		e.readers[lk] = struct{}{}
+	} else {
+		e.holder = lk
+	}
 	l.live[lk] = struct{}{}
 	lk.arm(now)
 	return lk
 }
 
-// free makes name free of its holder and hands it to the first waiter that
-// is still waiting: one whose context has not ended and whose wait limit has
-// not passed. l.mu must be held.
+// free makes name free of its holder (and of a min hold's wait) and hands
+// it on. l.mu must be held.
 func (l *Locker) free(name string) {
 	e := l.names[name]
 	if e == nil {
@@ -231,23 +240,17 @@ func (l *Locker) free(name string) {
 	}
 	e.holder = nil
 	e.unkeep()
-	now := l.clock.Now()
-	for len(e.waiters) > 0 {
-		w := e.waiters[0]
-		switch {
-		case w.ctx.Err() != nil:
-			l.giveUp(name, w, w.ctx.Err())
-		case !now.Before(w.deadline):
-			l.giveUp(name, w, nil)
-		default:
-			e.waiters = e.waiters[1:]
-			w.stop()
-			w.lock = l.grant(w.ctx, name, w.settings)
-			close(w.done)
-			return
-		}
+	l.handOff(name)
+}
+
+// release ends lk's hold at now: a reader leaves; the writer frees the
+// name, or keeps it for its min hold. l.mu must be held.
+func (l *Locker) release(lk *lock, now time.Time) {
+	if lk.shared {
+		l.drop(lk)
+		return
 	}
-	delete(l.names, name)
+	l.freeOrKeep(lk, now)
 }
 
 // giveUp ends w's wait without the lock, unless its outcome was decided
@@ -274,6 +277,7 @@ func (l *Locker) waitLimit(name string, w *waiter) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.giveUp(name, w, nil)
+	l.handOff(name)
 }
 
 // Expire ends the lease of the lock name's holder now, as a lease that ran
@@ -287,14 +291,16 @@ func (l *Locker) Expire(name string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.names[name]
-	if e == nil || e.holder == nil {
+	if e == nil || !e.held() {
 		if e != nil && !e.kept.IsZero() {
 			l.free(name) // the key kept for a min hold, deleted
 		}
 		return false
 	}
-	e.holder.lose(fmt.Errorf("%w: no renewal confirmed before the lease deadline (dlocktest: Expire)", dlock.ErrLockLost))
-	l.free(name)
+	for _, lk := range e.holders() {
+		lk.lose(fmt.Errorf("%w: no renewal confirmed before the lease deadline (dlocktest: Expire)", dlock.ErrLockLost))
+		l.drop(lk)
+	}
 	return true
 }
 
@@ -313,20 +319,21 @@ func (l *Locker) ForceUnlock(name string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.names[name]
-	if e == nil || e.holder == nil {
+	if e == nil || !e.held() {
 		if e != nil && !e.kept.IsZero() {
 			l.free(name) // the key kept for a min hold, deleted
 		}
 		return false
 	}
-	old := e.holder
 	now := l.clock.Now()
-	old.state = taken
-	if old.renew {
-		old.notice = old.nextRenewal(now)
+	for _, old := range e.holders() {
+		old.state = taken
+		if old.renew {
+			old.notice = old.nextRenewal(now)
+		}
+		old.arm(now)
+		l.drop(old)
 	}
-	old.arm(now)
-	l.free(name)
 	return true
 }
 
@@ -336,12 +343,13 @@ func (l *Locker) Held(name string) bool {
 	return ok
 }
 
-// Holder returns the Lock that holds name now, as its acquirer got it.
+// Holder returns the Lock that holds name now, as its acquirer got it; when
+// readers (dlock.Shared) hold it, the one that has held it longest.
 func (l *Locker) Holder(name string) (dlock.Lock, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e := l.names[name]; e != nil && e.holder != nil {
-		return e.holder, true
+	if e := l.names[name]; e != nil && e.held() {
+		return e.holders()[0], true
 	}
 	return nil, false
 }

@@ -12,7 +12,11 @@ import (
 func (l *Locker) freeOrKeep(lk *lock, now time.Time) {
 	until := lk.granted.Add(lk.minHold)
 	e := l.names[lk.name]
-	if lk.minHold == 0 || !now.Before(until) || e == nil || e.holder != lk {
+	if e == nil || e.holder != lk {
+		l.drop(lk)
+		return
+	}
+	if lk.minHold == 0 || !now.Before(until) {
 		l.free(lk.name)
 		return
 	}
@@ -37,8 +41,8 @@ func (e *entry) unkeep() {
 // left is what a busy error tells of the name's lease at now: the holder's,
 // or what is left of a released holder's min hold. Locker.mu must be held.
 func (e *entry) left(now time.Time) time.Duration {
-	if e.holder != nil {
-		return e.holder.leaseLeft(now)
+	if e.held() {
+		return e.leaseLeft(now)
 	}
 	return max(e.kept.Sub(now), 0)
 }

@@ -27,8 +27,8 @@ import (
 //
 // Options are read as a Client reads them (dlock.ReadAcquireOptions, with
 // the Redlock's TTL bounds): dlock.WithTTL, dlock.WithWait and
-// dlock.WithoutRenewal apply; dlock.WithMaxHold, dlock.WithMinHold and dlock.WithReplicas are
-// refused with dlock.ErrInvalidOption.
+// dlock.WithoutRenewal apply; dlock.WithMaxHold, dlock.WithMinHold,
+// dlock.WithReplicas and dlock.Shared are refused with dlock.ErrInvalidOption.
 //
 // A Lock is renewed on all its nodes at a third of its TTL unless acquired
 // WithoutRenewal. Its Context ends when no renewal reached a quorum before
@@ -125,6 +125,11 @@ func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.Acquir
 		err = fmt.Errorf("%w: WithMinHold is not supported by Redlock", dlock.ErrInvalidOption)
 	case s.Replicas > 0:
 		err = fmt.Errorf("%w: WithReplicas is not supported by Redlock, whose nodes are independent primaries", dlock.ErrInvalidOption)
+	case s.Shared:
+		// A quorum of read locks over nodes that each hand off on their
+		// own is not a read lock: refuse rather than take a write lock the
+		// caller did not ask for.
+		err = fmt.Errorf("%w: Shared (read locks) is not supported by Redlock", dlock.ErrInvalidOption)
 	case r.isClosed():
 		err = dlock.ErrClosed
 	default:

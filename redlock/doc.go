@@ -45,5 +45,5 @@
 // keep that margin. Fence is the largest of the nodes' fences and need not
 // grow across quorums; strict fencing checks Fences node by node. Lock has
 // no hold limit (WithMaxHold is refused), and WithReplicas does not apply to
-// independent primaries (refused too).
+// independent primaries (refused too); nor are read locks (Shared).
 package redlock

@@ -24,6 +24,23 @@ type runOptions struct {
 	owner     string
 	names     []string      // --name: several locks, all or nothing
 	minHold   time.Duration // --min-hold, 0: none
+	shared    bool          // --shared: a read lock, as flock -s
+	skip      bool          // --skip-waiting-writers
+}
+
+// acquireOptions are the options of the lock run takes.
+func (o runOptions) acquireOptions() []dlock.AcquireOption {
+	opts := []dlock.AcquireOption{dlock.WithTTL(o.ttl), dlock.WithWait(o.wait)}
+	if o.minHold > 0 {
+		opts = append(opts, dlock.WithMinHold(o.minHold))
+	}
+	if o.shared {
+		opts = append(opts, dlock.Shared())
+	}
+	if o.skip {
+		opts = append(opts, dlock.SkipWaitingWriters())
+	}
+	return opts
 }
 
 const runLong = `Run COMMAND while holding the lock NAME, like flock(1), etcdctl lock and
@@ -59,7 +76,12 @@ ignored: a suspended dlock would stop renewing the lock while COMMAND runs on.
 COMMAND ends sooner (dlock.WithMinHold): a cron job run on every machine with
 -n runs once per tick, also on a machine whose clock or cron is late. Choose D
 above the clock skew between machines and below the interval between ticks.
-If dlock dies, the lock ends after max(--ttl, D).`
+If dlock dies, the lock ends after max(--ttl, D).
+
+With --shared (-s) the lock is a read lock, like flock -s: any number of
+shared runs of NAME at once, none while a run without --shared (flock -x)
+holds it. A shared run waits while an exclusive run waits ahead of it, so
+readers cannot starve a writer; --skip-waiting-writers lifts that.`
 
 func newRunCmd(a *app) *cobra.Command {
 	var o runOptions
@@ -70,13 +92,17 @@ func newRunCmd(a *app) *cobra.Command {
 		Example: `  dlock run --ttl 1m nightly-report -- ./report.sh --full
   dlock run -n -E 0 backup -- ./backup.sh    # exit 0 when a backup already runs
   dlock run -N stock:bonn -N stock:lyon -- ./move-stock.sh
-  */5 * * * * dlock run --min-hold 30s -n -E 0 job -- ./job.sh   # once per tick`,
+  */5 * * * * dlock run --min-hold 30s -n -E 0 job -- ./job.sh   # once per tick
+  dlock run -s catalog -- ./export.sh        # many exports at once, none during an import`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			_, _, err := splitRunArgs(cmd.ArgsLenAtDash(), args, o.names)
 			return err
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			names, argv, _ := splitRunArgs(cmd.ArgsLenAtDash(), args, o.names)
+			if o.skip && !o.shared {
+				return usagef("--skip-waiting-writers needs -s/--shared: only a reader can skip writers")
+			}
 			if o.noWait {
 				if cmd.Flags().Changed("wait") {
 					return usagef("-n/--no-wait and -w/--wait exclude each other")
@@ -93,6 +119,8 @@ func newRunCmd(a *app) *cobra.Command {
 	fs.IntVarP(&a.conflict, "conflict-exit-code", "E", exitConflict, "exit code when the lock is busy")
 	fs.DurationVar(&o.killGrace, "kill-grace", 5*time.Second, "time COMMAND has to exit after SIGTERM before SIGKILL")
 	fs.DurationVar(&o.minHold, "min-hold", 0, "keep the lock at least this long after taking it, even when COMMAND ends sooner (once per cron tick)")
+	fs.BoolVarP(&o.shared, "shared", "s", false, "take a read (shared) lock, like flock -s")
+	fs.BoolVar(&o.skip, "skip-waiting-writers", false, "with --shared: join readers even while a writer waits (writers may starve)")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default host/pid command)")
 	// A repeated flag, not NAME,NAME: names may contain commas, and a flag
 	// cannot eat COMMAND's arguments.
@@ -176,10 +204,7 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, names []string, o ru
 	}
 	done := make(chan result, 1)
 	go func() {
-		opts := []dlock.AcquireOption{dlock.WithTTL(o.ttl), dlock.WithWait(o.wait)}
-		if o.minHold > 0 {
-			opts = append(opts, dlock.WithMinHold(o.minHold))
-		}
+		opts := o.acquireOptions()
 		if len(names) == 1 {
 			l, err := c.Acquire(actx, names[0], opts...)
 			done <- result{l, err}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,6 +53,19 @@ func KeysOf(prefix, name string) Keys {
 	return Keys{Lock: base, Fence: take(sufFence), Queue: take(sufQueue), QData: take(sufQData),
 		Handoff: take(sufHandoff), Record: take(sufRecord)}
 }
+
+// SharedPrefix starts the token of every shared (read) acquisition. Real
+// tokens are otherwise lowercase hex, so no exclusive token starts with it,
+// and the calls below pick a reader's scripts by its token alone.
+const SharedPrefix = "R"
+
+// ReadersMarker is the token field of a lock that readers hold. No real
+// token equals it, so the exclusive scripts see "held by another" and need
+// no reader logic of their own.
+const ReadersMarker = "*readers"
+
+// IsShared reports whether token is a reader's.
+func IsShared(token string) bool { return strings.HasPrefix(token, SharedPrefix) }
 
 // Call is one run of a script: the script, its keys and its arguments.
 type Call struct {
@@ -123,12 +137,15 @@ type AcquireArgs struct {
 	// attempt; QueueExpiry the queue's own expiry.
 	Alive, QueueExpiry time.Duration
 	FenceLifetime      time.Duration // the fence counter's idle lifetime
+	// SkipWriters lets a reader join readers while a writer waits.
+	SkipWriters bool
 }
 
-// Acquire takes the lock for token if it is free (or ours already).
+// Acquire takes the lock for token if it is free (or ours already); a
+// reader's token (IsShared) takes a read lock.
 func Acquire(k Keys, token string, a AcquireArgs) Call {
-	return Call{scripts.Acquire, []string{k.Lock, k.Fence, k.Queue, k.QData, k.Record + token},
-		[]any{token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime)}}
+	return Call{pick(token, scripts.Acquire, scripts.AcquireShared), []string{k.Lock, k.Fence, k.Queue, k.QData, k.Record + token},
+		[]any{token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters)}}
 }
 
 // Grant is the acquire script's answer.
@@ -164,7 +181,7 @@ func ParseGrant(res []any) (Grant, error) {
 // Refresh extends the lease of token's lock to at least ttl; the reply is 1
 // when extended, 0 when the lock is not token's.
 func Refresh(k Keys, token string, ttl time.Duration) Call {
-	return Call{scripts.Refresh, []string{k.Lock}, []any{token, ms(ttl)}}
+	return Call{pick(token, scripts.Refresh, scripts.RefreshShared), []string{k.Lock}, []any{token, ms(ttl)}}
 }
 
 // ReleaseArgs are the release script's arguments besides the token.
@@ -187,13 +204,21 @@ type ReleaseArgs struct {
 // reply is 1 when released now, 2 when this token was released before (a
 // re-sent release), 0 when the lock is not token's.
 func Release(k Keys, token string, a ReleaseArgs) Call {
-	return Call{scripts.Release, []string{k.Lock, k.Fence, k.Queue, k.QData, k.Record + token},
+	return Call{pick(token, scripts.Release, scripts.ReleaseShared), []string{k.Lock, k.Fence, k.Queue, k.QData, k.Record + token},
 		[]any{token, ms(a.Record), flag(a.GiveUp), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime), ms(a.MinHold)}}
 }
 
 // PTTL is the remaining lease of token's lock in ms, -1 when not token's.
 func PTTL(k Keys, token string) Call {
-	return Call{scripts.PTTL, []string{k.Lock}, []any{token}}
+	return Call{pick(token, scripts.PTTL, scripts.PTTLShared), []string{k.Lock}, []any{token}}
+}
+
+// pick returns the reader's script for a reader's token.
+func pick(token string, exclusive, shared *redis.Script) *redis.Script {
+	if IsShared(token) {
+		return shared
+	}
+	return exclusive
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }

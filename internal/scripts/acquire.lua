@@ -41,12 +41,7 @@ if held[1] == token then
 end
 if held[1] then
   if waiter ~= '' then
-    local now_ms, now_us = server_now()
-    -- NX: a waiter that renews its entry keeps its place in line.
-    redis.call('ZADD', queue, 'NX', now_us, token)
-    redis.call('HSET', qdata, token, string.format('%s|%s|%d|%s', waiter, ttl, now_ms + tonumber(ARGV[5]), owner))
-    redis.call('PEXPIRE', queue, ARGV[6])
-    redis.call('PEXPIRE', qdata, ARGV[6])
+    join(queue, qdata, token, waiter, ttl, ARGV[5], ARGV[6], owner)
   end
   return {0, redis.call('PTTL', key), tonumber(held[2]) or 0}
 end

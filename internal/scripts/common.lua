@@ -62,3 +62,175 @@ local function leave(queue, qdata, token)
   redis.call('ZREM', queue, token)
   redis.call('HDEL', qdata, token)
 end
+
+-- remember writes the release record of a token (see release.lua): ARGV-free
+-- so both release scripts share it. lifetime '0' writes none.
+local function remember(record, lifetime)
+  if lifetime ~= '0' then
+    redis.call('SET', record, '1', 'PX', lifetime)
+  end
+end
+
+-- Read-write locks. A lock that readers hold has READERS in its token field
+-- (no real token equals it, so the exclusive scripts see "held by another"),
+-- fence = the largest reader fence granted since the key was written, and one
+-- field per reader: 'r:' .. token = "expiry_ms|ttl|since_ms|fence|owner".
+-- A reader whose expiry (server clock) is past holds nothing; its field is
+-- dropped by the next reader script that reads the fields. The key lives at
+-- least as long as every live reader's lease. Keep READERS and
+-- SHARED_PREFIX equal to node.ReadersMarker and node.SharedPrefix.
+local READERS = '*readers'
+local SHARED_PREFIX = 'R'
+
+local function is_shared(token)
+  return string.sub(token, 1, #SHARED_PREFIX) == SHARED_PREFIX
+end
+
+local function parse_reader(v)
+  local exp, ttl, since, fence, owner = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+  return tonumber(exp), ttl, since, fence, owner
+end
+
+-- live_until makes the key last at least until at (server ms), never less
+-- than it has: another reader's lease may be longer.
+local function live_until(key, at, now_ms)
+  local left = redis.call('PTTL', key)
+  if left < 0 or now_ms + left < at then
+    redis.call('PEXPIREAT', key, at)
+  end
+end
+
+-- grant_reader adds token as a reader of key with its own fence.
+local function grant_reader(key, fence, token, ttl, owner, now_ms)
+  local exp = now_ms + tonumber(ttl)
+  redis.call('HSET', key, 'token', READERS, 'r:' .. token,
+    string.format('%d|%s|%d|%d|%s', exp, ttl, now_ms, fence, owner))
+  -- fence stays the largest granted: a busy reply's holder fence must be
+  -- above every grant made before it (the stale-message rule in wait.go).
+  local cur = tonumber(redis.call('HGET', key, 'fence')) or 0
+  if fence > cur then
+    redis.call('HSET', key, 'fence', string.format('%d', fence))
+  end
+  live_until(key, exp, now_ms)
+end
+
+-- extend_reader makes token's read lease last at least ttl ms from now (never
+-- shorter, as extend) and returns its fence, or nil when token is not a live
+-- reader of key.
+local function extend_reader(key, token, ttl, now_ms)
+  local held = redis.call('HMGET', key, 'token', 'r:' .. token)
+  if held[1] ~= READERS or not held[2] then
+    return nil
+  end
+  local exp, _, since, fence, owner = parse_reader(held[2])
+  if not exp or exp <= now_ms then
+    return nil
+  end
+  exp = math.max(exp, now_ms + tonumber(ttl))
+  redis.call('HSET', key, 'r:' .. token, string.format('%d|%s|%s|%s|%s', exp, ttl, since, fence, owner))
+  live_until(key, exp, now_ms)
+  return tonumber(fence)
+end
+
+-- live_readers drops the fields of readers whose lease is over, and returns
+-- how many live ones are left and when the last of their leases ends.
+local function live_readers(key, now_ms)
+  local all = redis.call('HGETALL', key)
+  local n, last = 0, 0
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'r:' then
+      local exp = parse_reader(all[i + 1])
+      if exp and exp > now_ms then
+        n = n + 1
+        last = math.max(last, exp)
+      else
+        redis.call('HDEL', key, all[i])
+      end
+    end
+  end
+  return n, last
+end
+
+-- waiter_entry reads a waiter's data (see acquire.lua): client id, ttl,
+-- alive until (ms), owner; nil when it has none.
+local function waiter_entry(qdata, token)
+  local data = redis.call('HGET', qdata, token)
+  if not data then return nil end
+  local id, ttl, alive, owner = string.match(data, '^([^|]*)|(%d+)|(%d+)|(.*)$')
+  return id, ttl, tonumber(alive), owner
+end
+
+-- hand_off gives the free lock to the first live waiter in line and tells
+-- it: if that waiter is a reader, also every live reader behind it up to the
+-- next live writer, each with its own fence, and each client gets ONE
+-- message "token:fence[;token:fence...]" for all its tokens. Entries of
+-- waiters that died or gave up are dropped on the way; token's own entry
+-- (an attempt that ran after it was granted) is never handed the lock.
+-- Returns true when handed over, false when nobody lives in line (the caller
+-- deletes the key), or nil and an error reply when no fence could be taken:
+-- then nothing was written, the next fence being the first write.
+local function hand_off(key, fencekey, queue, qdata, token, channels, sharded, lifetime)
+  local head = redis.call('ZRANGE', queue, 0, 0)
+  if #head == 0 then
+    return false
+  end
+  -- If no live waiter is found, the number is skipped; fences need only grow.
+  local fence, err = next_fence(fencekey, lifetime)
+  if err then return nil, err end
+  local now_ms = server_now()
+  local granted, msgs, order = 0, {}, {}
+  while #head > 0 do
+    local wtoken = head[1]
+    local id, ttl, alive, owner
+    if wtoken ~= token then
+      id, ttl, alive, owner = waiter_entry(qdata, wtoken)
+    end
+    local live = alive and alive >= now_ms
+    local shared = is_shared(wtoken)
+    if live and granted > 0 and not shared then
+      break -- the next writer waits for the readers just let in
+    end
+    leave(queue, qdata, wtoken)
+    if live then
+      if granted == 0 then
+        -- The last holder's fields (readers' among them) must not outlive it.
+        redis.call('DEL', key)
+      else
+        fence = next_fence(fencekey, lifetime) -- the counter took a write above
+      end
+      granted = granted + 1
+      if shared then
+        grant_reader(key, fence, wtoken, ttl, owner, now_ms)
+      else
+        grant(key, fence, wtoken, ttl, owner, string.format('%d', now_ms))
+      end
+      local m = wtoken .. ':' .. string.format('%d', fence)
+      if msgs[id] then
+        msgs[id] = msgs[id] .. ';' .. m
+      else
+        msgs[id] = m
+        order[#order + 1] = id
+      end
+      if not shared then
+        break
+      end
+    end
+    head = redis.call('ZRANGE', queue, 0, 0)
+  end
+  local publish = 'PUBLISH'
+  if sharded then publish = 'SPUBLISH' end
+  for _, id in ipairs(order) do
+    redis.call(publish, channels .. id, msgs[id])
+  end
+  return granted > 0
+end
+
+-- join puts (or keeps) a waiter's token in line. NX: a waiter that renews
+-- its entry keeps its place.
+local function join(queue, qdata, token, waiter, ttl, alive_ms, expiry_ms, owner)
+  local now_ms, now_us = server_now()
+  redis.call('ZADD', queue, 'NX', now_us, token)
+  redis.call('HSET', qdata, token, string.format('%s|%s|%d|%s', waiter, ttl, now_ms + tonumber(alive_ms), owner))
+  redis.call('PEXPIRE', queue, expiry_ms)
+  redis.call('PEXPIRE', qdata, expiry_ms)
+end

@@ -24,15 +24,9 @@ local token = ARGV[1]
 -- the command again, and one record per name would be theirs by then. It
 -- also marks a token its client gave up, so that an attempt of it sent
 -- before and delayed on the way grants and queues nothing (acquire.lua).
-local function remember()
-  if ARGV[2] ~= '0' then
-    redis.call('SET', record, '1', 'PX', ARGV[2])
-  end
-end
-
 if ARGV[3] == '1' then
   leave(queue, qdata, token)
-  remember()
+  remember(record, ARGV[2])
 end
 
 if redis.call('HGET', key, 'token') ~= token then
@@ -57,42 +51,16 @@ if ARGV[7] ~= '0' then
     if redis.call('PTTL', key) > left then
       redis.call('PEXPIRE', key, left)
     end
-    remember()
+    remember(record, ARGV[2])
     return 1
   end
 end
 
--- Hand over to the first waiter whose entry is still alive; entries of
--- waiters that died or gave up without a word are dropped on the way.
-local head = redis.call('ZRANGE', queue, 0, 0)
-if #head > 0 then
-  -- The next fence is taken first: it is the write that can fail (a counter
-  -- dlock did not write), and it must fail before any other write. If no
-  -- live waiter is found, the number is skipped; fences need only grow.
-  local fence, err = next_fence(fencekey, ARGV[6])
-  if err then return err end
-  local now_ms = server_now()
-  while #head > 0 do
-    local wtoken = head[1]
-    local data = redis.call('HGET', qdata, wtoken)
-    leave(queue, qdata, wtoken)
-    -- The releasing token's own entry (an attempt that ran after it was
-    -- granted) must not hand the lock back to it.
-    if data and wtoken ~= token then
-      local id, ttl, alive, owner = string.match(data, '^([^|]*)|(%d+)|(%d+)|(.*)$')
-      if alive and tonumber(alive) >= now_ms then
-        remember()
-        grant(key, fence, wtoken, ttl, owner, string.format('%d', now_ms))
-        local publish = 'PUBLISH'
-        if ARGV[5] == '1' then publish = 'SPUBLISH' end
-        redis.call(publish, ARGV[4] .. id, wtoken .. ':' .. string.format('%d', fence))
-        return 1
-      end
-    end
-    head = redis.call('ZRANGE', queue, 0, 0)
-  end
+-- Hand over to the first live waiter (or the first readers), else free it.
+local handed, err = hand_off(key, fencekey, queue, qdata, token, ARGV[4], ARGV[5] == '1', ARGV[6])
+if err then return err end
+if not handed then
+  redis.call('DEL', key)
 end
-
-redis.call('DEL', key)
-remember()
+remember(record, ARGV[2])
 return 1

@@ -27,6 +27,14 @@ var (
 	refreshSrc string
 	//go:embed pttl.lua
 	pttlSrc string
+	//go:embed acquire_shared.lua
+	acquireSharedSrc string
+	//go:embed release_shared.lua
+	releaseSharedSrc string
+	//go:embed refresh_shared.lua
+	refreshSharedSrc string
+	//go:embed pttl_shared.lua
+	pttlSharedSrc string
 )
 
 // The scripts. Their contracts (keys, arguments, replies) are at the top of
@@ -36,4 +44,10 @@ var (
 	Release = redis.NewScript(commonSrc + releaseSrc)
 	Refresh = redis.NewScript(commonSrc + refreshSrc)
 	PTTL    = redis.NewScript(pttlSrc)
+
+	// A reader's (read-write locks): chosen by its token's prefix.
+	AcquireShared = redis.NewScript(commonSrc + acquireSharedSrc)
+	ReleaseShared = redis.NewScript(commonSrc + releaseSharedSrc)
+	RefreshShared = redis.NewScript(commonSrc + refreshSharedSrc)
+	PTTLShared    = redis.NewScript(commonSrc + pttlSharedSrc)
 )

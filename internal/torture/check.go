@@ -39,7 +39,7 @@ type Verdict struct {
 
 // Check judges a history. Holds are judged per name:
 //   - two holds overlap when the second began before the first ended (see
-//     Hold.End): expected if the first holder was paused during its hold or a
+//     Hold.End), unless both are reads (Hold.Shared): expected if the first holder was paused during its hold or a
 //     restart without persistence, an eviction or a failover fell between
 //     the two acquisitions; otherwise a violation;
 //   - fences grow strictly from one hold to the next;
@@ -147,6 +147,9 @@ func (c *checker) overlaps(holds []Hold) {
 			if b.Got >= ea {
 				break
 			}
+			if a.Shared && b.Shared {
+				continue // readers share; a writer overlaps nobody
+			}
 			if why := c.excuse(a.Worker, a.Name, a.Got, ea, a.Got, b.Got); why != "" {
 				if !counted {
 					c.v.Expected[why]++
@@ -163,11 +166,18 @@ func (c *checker) overlaps(holds []Hold) {
 // that got its lock before this one's Acquire was called: those grants came
 // first, overlapping or not, so a fence that went back is found however many
 // holds lie between.
+//
+// The holds are swept in order of Asked, not Got: a hold may learn of its
+// grant long after it asked, and later than holds granted after it (readers
+// let in together, a reply delayed), and checking it against those would
+// call its older fence a regression.
 func (c *checker) fences(holds []Hold) {
+	byAsked := slices.Clone(holds)
+	slices.SortStableFunc(byAsked, func(a, b Hold) int { return cmp.Compare(a.Asked, b.Asked) })
 	var top *Hold
 	i := 0
-	for _, b := range holds { // sorted by Got
-		for ; i < len(holds) && holds[i].Got < b.Asked; i++ {
+	for _, b := range byAsked {
+		for ; i < len(holds) && holds[i].Got < b.Asked; i++ { // holds: sorted by Got
 			if top == nil || holds[i].Fence > top.Fence {
 				top = &holds[i]
 			}
@@ -181,7 +191,7 @@ func (c *checker) fences(holds []Hold) {
 func (c *checker) falseLoss(holds []Hold) {
 	takenBetween := func(x Hold, from, to int64) bool {
 		for _, y := range holds {
-			if y.Worker != x.Worker || y.Seq != x.Seq {
+			if (y.Worker != x.Worker || y.Seq != x.Seq) && !(x.Shared && y.Shared) {
 				if y.Got > from && y.Got <= to {
 					return true
 				}

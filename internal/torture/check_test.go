@@ -14,6 +14,7 @@ func TestCheckJudgesHandMadeHistories(t *testing.T) {
 		return Hold{Worker: w, Name: "a", Fence: fence, Asked: ms(from), Got: ms(from), Done: ms(to), Release: "ok", Final: "released"}
 	}
 	with := func(h Hold, f func(*Hold)) Hold { f(&h); return h }
+	read := func(h Hold) Hold { h.Shared = true; return h }
 	pause := func(w int, from, to int64) Fault {
 		return Fault{Kind: FaultPause, Worker: w, From: ms(from), To: ms(to)}
 	}
@@ -41,6 +42,21 @@ func TestCheckJudgesHandMadeHistories(t *testing.T) {
 			faults: []Fault{{Kind: FaultFailover, Worker: -1, Names: []string{"b"}, From: ms(2), To: ms(3)}}, want: []string{"two holders"}},
 		{name: "overlap across a coordinated failover", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20)},
 			faults: []Fault{{Kind: FaultFailoverManual, Worker: -1, From: ms(2), To: ms(3)}}, want: []string{"two holders"}},
+		{name: "reads overlap", holds: []Hold{read(hold(1, 1, 0, 10)), read(hold(2, 2, 5, 20)), read(hold(3, 3, 6, 8))}},
+		{name: "write inside a read", holds: []Hold{read(hold(1, 1, 0, 10)), hold(2, 2, 5, 20)}, want: []string{"two holders: w1"}},
+		{name: "read inside a write", holds: []Hold{hold(1, 1, 0, 10), read(hold(2, 2, 5, 20))}, want: []string{"two holders: w1"}},
+		{name: "write inside the second of two reads", holds: []Hold{read(hold(1, 1, 0, 10)), read(hold(2, 2, 5, 30)), hold(3, 3, 20, 40)},
+			want: []string{"two holders: w2"}},
+		{name: "read granted first, learned last", holds: []Hold{
+			with(read(hold(1, 1, 0, 60)), func(h *Hold) { h.Got = ms(50) }),
+			with(read(hold(2, 2, 10, 60)), func(h *Hold) { h.Got = ms(20) }),
+			with(read(hold(3, 3, 30, 60)), func(h *Hold) { h.Got = ms(40) })}},
+		{name: "fence went back for a hold that asked after a grant it learned late", holds: []Hold{
+			with(hold(1, 5, 0, 10), func(h *Hold) { h.Got = ms(9) }), with(hold(2, 4, 11, 20), func(h *Hold) { h.Asked = ms(10) })},
+			want: []string{"fence did not grow"}},
+		{name: "read fence repeated", holds: []Hold{read(hold(1, 2, 0, 10)), read(hold(2, 2, 5, 20))}, want: []string{"fence did not grow"}},
+		{name: "reader taken over by a reader only", holds: []Hold{with(read(hold(1, 1, 0, 10)), func(h *Hold) { h.Lost, h.Cause = ms(5), "taken_over" }), read(hold(2, 2, 3, 20))},
+			want: []string{"nobody took it"}},
 		{name: "fence repeated", holds: []Hold{hold(1, 2, 0, 10), hold(2, 2, 11, 20)}, want: []string{"fence did not grow"}},
 		{name: "fence went back", holds: []Hold{hold(1, 3, 0, 10), hold(2, 2, 11, 20)}, want: []string{"fence did not grow"}},
 		{name: "fence went back two holds later", holds: []Hold{hold(1, 5, 0, 10), hold(2, 3, 5, 20), hold(3, 4, 21, 30)},

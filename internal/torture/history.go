@@ -41,8 +41,11 @@ type Hold struct {
 	Seq    int    `json:"q"` // the worker's count of its holds
 	Name   string `json:"n"`
 	Fence  int64  `json:"f"`
-	Asked  int64  `json:"a"` // Acquire called
-	Got    int64  `json:"g"` // Acquire returned the lock: the hold begins
+	// Shared: a read lock (dlock.Shared), which may overlap other reads and
+	// nothing else.
+	Shared bool  `json:"s,omitempty"`
+	Asked  int64 `json:"a"` // Acquire called
+	Got    int64 `json:"g"` // Acquire returned the lock: the hold begins
 	// Done: the critical section ended and Release was called.
 	Done int64 `json:"d,omitempty"`
 	// Lost: the worker saw the lock's context end before Done.

@@ -35,6 +35,21 @@ type InProcessOptions struct {
 	// from INCR, a bare DEL, no renewal. Check must find violations.
 	Naive bool
 
+	// PerClient is how many goroutines loop on each Client (default 1):
+	// above one, a Client's waiters of a name meet (writers in its local
+	// line, readers each in Redis). Their worker numbers are the Client's
+	// index plus k*Workers.
+	PerClient int
+
+	// Shared is the share of acquisitions that are read locks
+	// (dlock.Shared): they hold the name beside other reads, and, having no
+	// write to make, do not touch the resource. Zero: writes only.
+	Shared float64
+	// WritesShared breaks the read-write lock on purpose: writes take a
+	// read lock too (and are recorded as writes). Check must find writers
+	// overlapping.
+	WritesShared bool
+
 	// Prefix is put before every key, in both Redis servers (default
 	// "torture:<seed>:<time>:"). It must not contain '{' or '}'.
 	Prefix string
@@ -127,11 +142,15 @@ func RunInProcess(ctx context.Context, addr, resAddr string, seed uint64, d time
 			clients[i] = dlock.MustNew(rdbs[i], dlock.WithPrefix(opts.Prefix+"lock:"),
 				dlock.WithReleaseTimeout(time.Second), dlock.WithOwner(fmt.Sprintf("torture-w%d", i)))
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.worker(ctx, i, clients[i], rdbs[i], stopAt)
-		}()
+		for g := range max(opts.PerClient, 1) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// The first goroutine of each Client keeps the Client's
+				// index, so a seed's choices do not change with PerClient.
+				r.worker(ctx, i+g*opts.Workers, clients[i], rdbs[i], stopAt)
+			}()
+		}
 	}
 	wg.Wait()
 	h.Stop = Now()
@@ -226,9 +245,17 @@ func (r *inproc) worker(ctx context.Context, i int, c *dlock.Client, rdb *redis.
 		asked := Now()
 		var l holdable
 		var err error
+		// Drawn only in runs with reads, so that a seed of a write-only run
+		// makes the choices it always made.
+		// The naive lock has no reads.
+		shared := r.opts.Shared > 0 && rng.Float64() < r.opts.Shared && c != nil
 		if c != nil {
+			opts := []dlock.AcquireOption{dlock.WithTTL(r.opts.TTL), dlock.WithWait(r.opts.Wait)}
+			if shared || r.opts.WritesShared {
+				opts = append(opts, dlock.Shared())
+			}
 			var dl dlock.Lock
-			if dl, err = c.Acquire(ctx, name, dlock.WithTTL(r.opts.TTL), dlock.WithWait(r.opts.Wait)); err == nil {
+			if dl, err = c.Acquire(ctx, name, opts...); err == nil {
 				l = dl
 			}
 		} else {
@@ -242,7 +269,7 @@ func (r *inproc) worker(ctx context.Context, i int, c *dlock.Client, rdb *redis.
 			continue
 		}
 		seq++
-		r.hold(i, seq, name, asked, l, work)
+		r.hold(i, seq, name, shared, asked, l, work)
 	}
 }
 
@@ -264,8 +291,8 @@ type holdable interface {
 }
 
 // hold runs one critical section and records it.
-func (r *inproc) hold(i, seq int, name string, asked int64, l holdable, work time.Duration) {
-	h := Hold{Worker: i, Seq: seq, Name: name, Fence: l.Fence(), Asked: asked, Got: Now()}
+func (r *inproc) hold(i, seq int, name string, shared bool, asked int64, l holdable, work time.Duration) {
+	h := Hold{Worker: i, Seq: seq, Name: name, Fence: l.Fence(), Shared: shared, Asked: asked, Got: Now()}
 	var (
 		mu    sync.Mutex
 		done  bool
@@ -291,11 +318,19 @@ func (r *inproc) hold(i, seq int, name string, asked int64, l holdable, work tim
 	// run's end: they run on a context of their own.
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	v, rd := r.res.Read(rctx, i, name, h.Fence)
-	h.Read = rd
-	time.Sleep(work)
-	if rd == "ok" {
-		h.Write = r.res.Write(rctx, i, name, h.Fence, v)
+	if shared {
+		// A reader's fence orders it against writers, not against the
+		// other readers: the resource, which refuses any fence below the
+		// largest it saw, would refuse the older of two readers. The
+		// overlap check judges reads.
+		time.Sleep(work)
+	} else {
+		v, rd := r.res.Read(rctx, i, name, h.Fence)
+		h.Read = rd
+		time.Sleep(work)
+		if rd == "ok" {
+			h.Write = r.res.Write(rctx, i, name, h.Fence, v)
+		}
 	}
 
 	mu.Lock()

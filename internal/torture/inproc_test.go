@@ -136,8 +136,8 @@ func logAround(t *testing.T, h History, v Verdict) {
 	holds := slices.Clone(h.Holds)
 	slices.SortFunc(holds, func(a, b Hold) int { return int(a.Got - b.Got) })
 	for _, x := range holds {
-		t.Logf("hold w%d#%d %s fence %d asked %s got %s done %s lost %s cause %s release %s rd %s wr %s",
-			x.Worker, x.Seq, x.Name, x.Fence, ms(x.Asked), ms(x.Got), ms(x.Done), ms(x.Lost), x.Cause, x.Release, x.Read, x.Write)
+		t.Logf("hold w%d#%d %s shared %v fence %d asked %s got %s done %s lost %s cause %s release %s final %s at %s rd %s wr %s",
+			x.Worker, x.Seq, x.Name, x.Shared, x.Fence, ms(x.Asked), ms(x.Got), ms(x.Done), ms(x.Lost), x.Cause, x.Release, x.Final, ms(x.Released), x.Read, x.Write)
 	}
 	for _, f := range h.Faults {
 		t.Logf("fault %s w%d %s [%s, %s] %s", f.Kind, f.Worker, f.Name, ms(f.From), ms(f.To), f.Note)
