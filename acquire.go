@@ -128,6 +128,9 @@ func readAcquire(name string, b TTLBounds, opts []AcquireOption) (acquireConfig,
 		// WAIT takes whole ms, and WAIT n 0 would block for ever.
 		err = fmt.Errorf("%w: WithReplicas(%d, %v) needs n >= 0 and a timeout of at least 1ms", ErrInvalidOption, ac.replicas, ac.replicaWait)
 	}
+	if err == nil && ac.semaphore {
+		err = checkPermits(ac.permits)
+	}
 	if err == nil && ac.maxHold < 0 {
 		err = fmt.Errorf("%w: max hold %v is negative", ErrInvalidOption, ac.maxHold)
 	}

@@ -155,6 +155,9 @@ type acquireConfig struct {
 
 	replicas    int           // WithReplicas: acknowledgements to wait for
 	replicaWait time.Duration // and how long
+
+	semaphore bool // Permits was given: take one of permits
+	permits   int
 }
 
 // WithTTL sets the lock's lease: how long Redis keeps the lock if the holder
@@ -226,6 +229,10 @@ type AcquireSettings struct {
 	// Replicas and ReplicaTimeout are WithReplicas'; 0 without it.
 	Replicas       int
 	ReplicaTimeout time.Duration
+	// Permits is Permits' n: the acquisition takes one of n permits of the
+	// name. 0 for an exclusive lock. A Locker without semaphores refuses a
+	// non-zero value with ErrInvalidOption.
+	Permits int
 }
 
 // ReadAcquireOptions applies opts and checks them and name by the rules
@@ -239,7 +246,7 @@ func ReadAcquireOptions(name string, b TTLBounds, opts ...AcquireOption) (Acquir
 		return AcquireSettings{}, opError("acquire", name, err)
 	}
 	return AcquireSettings{TTL: ac.ttl, Wait: ac.wait, Renew: ac.renew, MaxHold: ac.maxHold,
-		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait}, nil
+		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, Permits: ac.permits}, nil
 }
 
 // checkName refuses names Redis would take but no user means: the empty
