@@ -22,7 +22,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 	ac, err := c.prepare(ctx, name, opts)
 	var l *redisLock
 	if err == nil {
-		r := c.attempt(ctx, name, c.keys(name), ac, newToken(), false)
+		r := c.attempt(ctx, name, c.keys(name), ac, ac.newToken(), false)
 		l, err = c.afterClose(ctx, name, r.lock, r.err)
 	}
 	return c.acquired(ctx, name, start, l, err)
@@ -80,7 +80,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 	// The keys are built once per call: every attempt and the wait use them.
 	k := c.keys(name)
 	if ac.wait == 0 {
-		r := c.attempt(ctx, name, k, ac, newToken(), false)
+		r := c.attempt(ctx, name, k, ac, ac.newToken(), false)
 		return r.lock, r.err
 	}
 	if !c.waitersOf(name) && !c.notify.active(k.Handoff+c.id) {
@@ -88,7 +88,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []AcquireOption)
 		// plain attempt first, so an uncontended Acquire costs what
 		// TryAcquire does. A name contended lately goes straight into the
 		// queue, which costs the same when the lock is free.
-		r := c.attempt(ctx, name, k, ac, newToken(), false)
+		r := c.attempt(ctx, name, k, ac, ac.newToken(), false)
 		if !r.busy && !r.late {
 			return r.lock, r.err
 		}
@@ -176,7 +176,8 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 	}
 	sent := time.Now()
 	res, acked, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.ttl, Owner: c.cfg.owner,
-		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime}))
+		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime,
+		Permits: ac.permits, Sharded: c.notify.channels.sharded()}))
 	if err != nil {
 		// A lost reply may have granted the lock; an error reply of a
 		// queued attempt wrote nothing, but an earlier attempt of the
@@ -204,6 +205,12 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 			c.giveBack(ctx, k, token, ac.ttl) // a grant, or a place in line
 		}
 		return attemptResult{err: opError("acquire", name, cerr)}
+	}
+	if err := mismatch(ac, g); err != nil {
+		if queue {
+			c.giveBack(ctx, k, token, ac.ttl) // an earlier attempt of token may be in line
+		}
+		return attemptResult{err: opError("acquire", name, err)}
 	}
 	if !g.OK {
 		ttl := time.Duration(g.HolderTTL) * time.Millisecond

@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"fmt"
+
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 // MaxPermits is the largest n Permits accepts. Each script of a semaphore
@@ -41,6 +43,27 @@ func Permits(n int) AcquireOption {
 func checkPermits(n int) error {
 	if n < 1 || n > MaxPermits {
 		return fmt.Errorf("%w: Permits(%d) is outside [1, %d]", ErrInvalidOption, n, MaxPermits)
+	}
+	return nil
+}
+
+// newToken is a fresh token for an acquisition: a permit's tells the
+// scripts (internal/node) that its calls are the semaphore's.
+func (ac acquireConfig) newToken() string {
+	if ac.semaphore {
+		return node.SemPrefix + newToken()
+	}
+	return newToken()
+}
+
+// mismatch is the error of a semaphore attempt refused because the name is
+// in use otherwise, or nil.
+func mismatch(ac acquireConfig, g node.Grant) error {
+	switch {
+	case g.Exclusive:
+		return fmt.Errorf("%w: Permits(%d) asked, but the name is held as an exclusive lock", ErrMismatch, ac.permits)
+	case g.Permits > 0:
+		return fmt.Errorf("%w: Permits(%d) asked, but the holders use Permits(%d)", ErrMismatch, ac.permits, g.Permits)
 	}
 	return nil
 }

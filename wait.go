@@ -59,7 +59,7 @@ func (w *waiter) wait(ctx context.Context) (*redisLock, error) {
 		return nil, opError("acquire", w.name, redisError(err))
 	}
 	defer w.c.notify.unsubscribe(sub)
-	w.sub, w.token = sub, newToken()
+	w.sub, w.token = sub, w.ac.newToken()
 	return w.inLine(ctx, wctx)
 }
 
@@ -124,7 +124,7 @@ func (w *waiter) try(ctx context.Context) attemptResult {
 
 // freshToken starts over with a new token after the last one was given
 // back (released by token): it is in no queue yet.
-func (w *waiter) freshToken() { w.token, w.queued = newToken(), false }
+func (w *waiter) freshToken() { w.token, w.queued = w.ac.newToken(), false }
 
 // listen waits, after a busy attempt, for what comes first: a hand-off of
 // the lock to token (its fence, above 0), the subscription's confirmation or

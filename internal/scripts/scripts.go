@@ -27,6 +27,17 @@ var (
 	refreshSrc string
 	//go:embed pttl.lua
 	pttlSrc string
+
+	//go:embed sem_common.lua
+	semCommonSrc string
+	//go:embed sem_acquire.lua
+	semAcquireSrc string
+	//go:embed sem_release.lua
+	semReleaseSrc string
+	//go:embed sem_refresh.lua
+	semRefreshSrc string
+	//go:embed sem_pttl.lua
+	semPTTLSrc string
 )
 
 // The scripts. Their contracts (keys, arguments, replies) are at the top of
@@ -36,4 +47,10 @@ var (
 	Release = redis.NewScript(commonSrc + releaseSrc)
 	Refresh = redis.NewScript(commonSrc + refreshSrc)
 	PTTL    = redis.NewScript(pttlSrc)
+
+	// The semaphore's (Permits): their own keys, apart from the lock hash.
+	SemAcquire = redis.NewScript(commonSrc + semCommonSrc + semAcquireSrc)
+	SemRelease = redis.NewScript(commonSrc + semCommonSrc + semReleaseSrc)
+	SemRefresh = redis.NewScript(commonSrc + semCommonSrc + semRefreshSrc)
+	SemPTTL    = redis.NewScript(semPTTLSrc)
 )
