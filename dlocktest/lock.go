@@ -18,6 +18,7 @@ type lock struct {
 	token string
 	fence int64
 	renew bool
+	sem   bool // a semaphore's permit (Permits)
 	ctx   context.Context
 	// cancel ends ctx. It is called under Locker.mu, before the name goes
 	// to the next holder: whoever gets the lock next finds the previous
@@ -140,7 +141,7 @@ func (lk *lock) Release(ctx context.Context) error {
 		return opError("release", lk.name, dlock.ErrNotHeld)
 	}
 	lk.end(released, dlock.ErrReleased)
-	lk.l.free(lk.name)
+	lk.l.freeOf(lk)
 	return nil
 }
 
@@ -221,7 +222,7 @@ func (lk *lock) fire() {
 		lk.lose(fmt.Errorf("%w: lease of %v ran out (renewal off)", dlock.ErrLockLost, lk.ttl))
 	}
 	if wasHeld {
-		lk.l.free(lk.name)
+		lk.l.freeOf(lk)
 	}
 }
 

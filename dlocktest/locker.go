@@ -28,6 +28,7 @@ type Locker struct {
 	// taken before the ManualClock's.
 	mu     sync.Mutex
 	names  map[string]*entry // names held or waited for
+	sems   map[string]*entry // semaphores (Permits) held or waited for: see semaphore.go
 	fences map[string]int64  // the last fence handed out per name
 	live   map[*lock]struct{}
 	closed bool
@@ -38,6 +39,9 @@ type Locker struct {
 type entry struct {
 	holder  *lock
 	waiters []*waiter // in arrival order
+
+	permits int     // a semaphore's n, agreed while it has holders or waiters
+	sem     []*lock // a semaphore's holders, in grant order
 }
 
 // waiter is one Acquire waiting for a name. Its outcome is decided once,
@@ -51,6 +55,7 @@ type waiter struct {
 	done     chan struct{} // closed once decided
 	lock     *lock         // granted
 	err      error         // or gave up
+	sem      bool          // waits for a permit (Permits)
 }
 
 var _ dlock.Locker = (*Locker)(nil)
@@ -69,7 +74,7 @@ func New(opts ...Option) (*Locker, error) {
 	if cfg.err != nil {
 		return nil, &dlock.Error{Op: "new", Err: cfg.err}
 	}
-	return &Locker{clock: cfg.clock, bounds: cfg.bounds, names: map[string]*entry{},
+	return &Locker{clock: cfg.clock, bounds: cfg.bounds, names: map[string]*entry{}, sems: map[string]*entry{},
 		fences: map[string]int64{}, live: map[*lock]struct{}{}}, nil
 }
 
@@ -139,17 +144,26 @@ func (l *Locker) acquire(ctx context.Context, name string, opts []dlock.AcquireO
 		return nil, opError("acquire", name, ctx.Err())
 	}
 	e := l.names[name]
-	if e == nil {
+	if s.Permits > 0 {
+		var lk *lock
+		if e, lk, err = l.tryPermit(ctx, name, s); err != nil {
+			l.mu.Unlock()
+			return nil, err
+		} else if lk != nil {
+			l.mu.Unlock()
+			return lk, nil
+		}
+	} else if e == nil {
 		lk := l.grant(ctx, name, s)
 		l.mu.Unlock()
 		return lk, nil
 	}
 	if !wait || s.Wait == 0 {
-		err := busy(name, e.holder.leaseLeft(l.clock.Now()), nil)
+		err := busy(name, l.busyTTL(e), nil)
 		l.mu.Unlock()
 		return nil, err
 	}
-	w := &waiter{ctx: ctx, settings: s, deadline: l.clock.Now().Add(s.Wait), done: make(chan struct{})}
+	w := &waiter{ctx: ctx, settings: s, deadline: l.clock.Now().Add(s.Wait), done: make(chan struct{}), sem: s.Permits > 0}
 	e.waiters = append(e.waiters, w)
 	w.stop = l.clock.AfterFunc(s.Wait, func() { l.waitLimit(name, w) })
 	l.mu.Unlock()
@@ -174,19 +188,26 @@ func (l *Locker) grant(ctx context.Context, name string, s dlock.AcquireSettings
 	now := l.clock.Now()
 	l.fences[name]++
 	lk := &lock{l: l, name: name, token: newToken(), fence: l.fences[name], renew: s.Renew,
-		ttl: s.TTL, maxHold: s.MaxHold, leased: now, until: now.Add(s.TTL)}
+		ttl: s.TTL, maxHold: s.MaxHold, leased: now, until: now.Add(s.TTL), sem: s.Permits > 0}
 	if s.MaxHold > 0 {
 		lk.hold = now.Add(s.MaxHold)
 	}
 	// The lock's context keeps the caller's values (trace ids) but not its
 	// cancellation, and carries the lock itself, as the Client's does.
 	lk.ctx, lk.cancel = context.WithCancelCause(dlock.NewContext(context.WithoutCancel(ctx), lk))
-	e := l.names[name]
-	if e == nil {
-		e = &entry{}
-		l.names[name] = e
+	if lk.sem {
+		lk.token = semPrefix + lk.token
+		e := l.sems[name]
+		e.permits = s.Permits
+		e.sem = append(e.sem, lk)
+	} else {
+		e := l.names[name]
+		if e == nil {
+			e = &entry{}
+			l.names[name] = e
+		}
+		e.holder = lk
 	}
-	e.holder = lk
 	l.live[lk] = struct{}{}
 	lk.arm(now)
 	return lk
@@ -229,12 +250,13 @@ func (l *Locker) giveUp(name string, w *waiter, cause error) {
 	}
 	w.stop()
 	var holderTTL time.Duration
-	if e := l.names[name]; e != nil {
+	if e := l.entryOf(name, w.sem); e != nil {
 		if i := slices.Index(e.waiters, w); i >= 0 {
 			e.waiters = slices.Delete(e.waiters, i, i+1)
 		}
-		if e.holder != nil {
-			holderTTL = e.holder.leaseLeft(l.clock.Now())
+		holderTTL = l.busyTTL(e)
+		if w.sem && len(e.waiters) == 0 && len(e.sem) == 0 {
+			delete(l.sems, name)
 		}
 	}
 	w.err = busy(name, holderTTL, cause)
@@ -260,7 +282,7 @@ func (l *Locker) Expire(name string) bool {
 	defer l.mu.Unlock()
 	e := l.names[name]
 	if e == nil || e.holder == nil {
-		return false
+		return l.expirePermit(name)
 	}
 	e.holder.lose(fmt.Errorf("%w: no renewal confirmed before the lease deadline (dlocktest: Expire)", dlock.ErrLockLost))
 	l.free(name)
@@ -318,10 +340,14 @@ func (l *Locker) Holder(name string) (dlock.Lock, bool) {
 func (l *Locker) Waiters(name string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	n := 0
 	if e := l.names[name]; e != nil {
-		return len(e.waiters)
+		n += len(e.waiters)
 	}
-	return 0
+	if e := l.sems[name]; e != nil {
+		n += len(e.waiters)
+	}
+	return n
 }
 
 // Close releases the locks still held (their contexts end with a cause
@@ -338,17 +364,20 @@ func (l *Locker) Close(ctx context.Context) error {
 		return nil
 	}
 	l.closed = true
-	for name, e := range l.names {
-		for _, w := range e.waiters {
-			w.stop()
-			w.err = opError("acquire", name, dlock.ErrClosed)
-			close(w.done)
+	for _, m := range []map[string]*entry{l.names, l.sems} {
+		for name, e := range m {
+			for _, w := range e.waiters {
+				w.stop()
+				w.err = opError("acquire", name, dlock.ErrClosed)
+				close(w.done)
+			}
 		}
 	}
 	for lk := range l.live {
 		lk.end(released, errClosedRelease)
 	}
 	clear(l.names)
+	clear(l.sems)
 	return nil
 }
 

@@ -108,6 +108,10 @@ func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.Acquir
 		err = fmt.Errorf("%w: WithMaxHold is not supported by Redlock", dlock.ErrInvalidOption)
 	case s.Replicas > 0:
 		err = fmt.Errorf("%w: WithReplicas is not supported by Redlock, whose nodes are independent primaries", dlock.ErrInvalidOption)
+	case s.Permits > 0:
+		// A quorum of permits on independent nodes is not a semaphore
+		// of n: refuse rather than hand out more than n.
+		err = fmt.Errorf("%w: Permits(%d) is not supported by Redlock", dlock.ErrInvalidOption, s.Permits)
 	case r.isClosed():
 		err = dlock.ErrClosed
 	default:

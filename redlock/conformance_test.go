@@ -32,5 +32,6 @@ func TestConformance(t *testing.T) {
 			"FIFO":    "a Redlock's waiters retry with jittered backoff; there is no queue across nodes",
 			"MaxHold": "a Redlock refuses WithMaxHold",
 		},
+		NoSemaphores: "a Redlock refuses Permits: n permits on independent nodes are no semaphore of n",
 	})
 }
