@@ -76,11 +76,13 @@ func exitCode(err error, conflict int) int {
 		return ee.code
 	case errors.As(err, &ue),
 		errors.Is(err, dlock.ErrInvalidName),
-		errors.Is(err, dlock.ErrInvalidTTL):
+		errors.Is(err, dlock.ErrInvalidTTL),
+		errors.Is(err, dlock.ErrInvalidOption):
 		return exitUsage
 	case errors.Is(err, dlock.ErrLockLost):
 		return exitLost
-	case errors.Is(err, dlock.ErrNotObtained):
+	case errors.Is(err, dlock.ErrNotObtained),
+		errors.Is(err, dlock.ErrMismatch): // the name is in use otherwise: a conflict too
 		return conflict
 	case errors.Is(err, dlock.ErrNotHeld):
 		return exitNotFound

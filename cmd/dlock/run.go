@@ -21,6 +21,7 @@ type runOptions struct {
 	noWait    bool
 	killGrace time.Duration
 	owner     string
+	permits   int // --permits: one of n permits (a semaphore); 0 for the exclusive lock
 }
 
 const runLong = `Run COMMAND while holding the lock NAME, like flock(1), etcdctl lock and
@@ -53,7 +54,8 @@ func newRunCmd(a *app) *cobra.Command {
 		Short: "Run a command while holding a lock",
 		Long:  runLong,
 		Example: `  dlock run --ttl 1m nightly-report -- ./report.sh --full
-  dlock run -n -E 0 backup -- ./backup.sh    # exit 0 when a backup already runs`,
+  dlock run -n -E 0 backup -- ./backup.sh    # exit 0 when a backup already runs
+  dlock run --permits 3 encoder -- ./encode.sh  # at most 3 at once, across machines`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			_, _, err := splitRunArgs(cmd.ArgsLenAtDash(), args)
 			return err
@@ -66,6 +68,9 @@ func newRunCmd(a *app) *cobra.Command {
 				}
 				o.wait = 0
 			}
+			if cmd.Flags().Changed("permits") && o.permits == 0 {
+				return usagef("--permits 0: a semaphore needs at least 1 permit")
+			}
 			return a.run(cmd.Context(), o, name, argv)
 		},
 	}
@@ -76,6 +81,7 @@ func newRunCmd(a *app) *cobra.Command {
 	fs.IntVarP(&a.conflict, "conflict-exit-code", "E", exitConflict, "exit code when the lock is busy")
 	fs.DurationVar(&o.killGrace, "kill-grace", 5*time.Second, "time COMMAND has to exit after SIGTERM before SIGKILL")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default host/pid command)")
+	fs.IntVar(&o.permits, "permits", 0, "take one of N permits of NAME (a semaphore, as consul lock -n): at most N commands run at once")
 	return cmd
 }
 
@@ -102,6 +108,8 @@ func (a *app) run(ctx context.Context, o runOptions, name string, argv []string)
 		return usagef("--kill-grace %v is negative", o.killGrace)
 	case a.conflict < 0 || a.conflict > 255:
 		return usagef("--conflict-exit-code %d is not within 0..255", a.conflict)
+	case o.permits < 0 || o.permits > dlock.MaxPermits:
+		return usagef("--permits %d is not within 1..%d", o.permits, dlock.MaxPermits)
 	}
 	owner := o.owner
 	if owner == "" {
@@ -142,7 +150,11 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, name string, o runOp
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := c.Acquire(actx, name, dlock.WithTTL(o.ttl), dlock.WithWait(o.wait))
+		opts := []dlock.AcquireOption{dlock.WithTTL(o.ttl), dlock.WithWait(o.wait)}
+		if o.permits > 0 {
+			opts = append(opts, dlock.Permits(o.permits))
+		}
+		l, err := c.Acquire(actx, name, opts...)
 		done <- result{l, err}
 	}()
 	select {
