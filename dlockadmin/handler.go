@@ -92,14 +92,43 @@ type lockJSON struct {
 	AgeMs       int64     `json:"age_ms"`   // since acquisition, on this server's clock
 	Since       time.Time `json:"since"`    // acquisition, on the holder's clock
 	Waiters     int64     `json:"waiters"`
+
+	Kind    string       `json:"kind"`              // lock or semaphore
+	Permits int          `json:"permits,omitempty"` // a semaphore's n
+	Holders []permitJSON `json:"holders,omitempty"` // a semaphore's permits; each fence names one for unlock
+	Queue   []waiterJSON `json:"queue,omitempty"`   // the waiters in line, first first
+}
+
+type permitJSON struct {
+	Owner       string    `json:"owner"`
+	TokenPrefix string    `json:"token_prefix"`
+	Fence       int64     `json:"fence"`
+	TTLms       int64     `json:"ttl_ms"`
+	LeaseMs     int64     `json:"lease_ms"`
+	Since       time.Time `json:"since"`
+}
+
+type waiterJSON struct {
+	Owner string    `json:"owner"`
+	Since time.Time `json:"since"`
+	Alive bool      `json:"alive"`
 }
 
 func toJSON(i dlock.LockInfo, now time.Time) lockJSON {
-	return lockJSON{
+	j := lockJSON{
 		Name: i.Name, Owner: i.Owner, TokenPrefix: i.TokenPrefix(), Fence: i.Fence,
 		TTLms: i.TTL.Milliseconds(), LeaseMs: i.Lease.Milliseconds(),
 		AgeMs: age(i, now).Milliseconds(), Since: i.Since.UTC(), Waiters: i.Waiters,
+		Kind: i.Kind, Permits: i.Permits,
 	}
+	for _, p := range i.Holders {
+		j.Holders = append(j.Holders, permitJSON{Owner: p.Owner, TokenPrefix: p.TokenPrefix(), Fence: p.Fence,
+			TTLms: p.TTL.Milliseconds(), LeaseMs: p.Lease.Milliseconds(), Since: p.Since.UTC()})
+	}
+	for _, w := range i.Queue {
+		j.Queue = append(j.Queue, waiterJSON{Owner: w.Owner, Since: w.Since.UTC(), Alive: w.Alive})
+	}
+	return j
 }
 
 // age is how long i has been held at now, never negative: Since is on the

@@ -52,6 +52,8 @@ type row struct {
 	Fence                          int64
 	TTL, Lease, Age, Since         string
 	Waiters                        int64
+	// A semaphore's permits and every lock's waiters, one line each.
+	Permits, Queue []string
 }
 
 func toRow(i dlock.LockInfo, now time.Time) row {
@@ -63,7 +65,28 @@ func toRow(i dlock.LockInfo, now time.Time) row {
 		Name: i.Name, Href: "api/locks/" + url.PathEscape(i.Name), Owner: i.Owner, TokenPrefix: i.TokenPrefix(),
 		Fence: i.Fence, TTL: ttl, Lease: human(i.Lease), Age: human(age(i, now)),
 		Since: i.Since.UTC().Format(time.RFC3339Nano), Waiters: i.Waiters,
+		Permits: permitLines(i), Queue: queueLines(i, now),
 	}
+}
+
+func permitLines(i dlock.LockInfo) []string {
+	var out []string
+	for _, p := range i.Holders {
+		out = append(out, fmt.Sprintf("%s (fence %d, %s left)", p.Owner, p.Fence, human(p.TTL)))
+	}
+	return out
+}
+
+func queueLines(i dlock.LockInfo, now time.Time) []string {
+	var out []string
+	for n, w := range i.Queue {
+		state := ""
+		if !w.Alive {
+			state = ", not renewed"
+		}
+		out = append(out, fmt.Sprintf("%d. %s (waiting %s%s)", n+1, w.Owner, human(max(now.Sub(w.Since), 0)), state))
+	}
+	return out
 }
 
 // human formats d for a table cell: precise when short, coarse when long,
