@@ -51,6 +51,7 @@ func profile(d time.Duration) []Scenario {
 	mixed := scenario("mixed", max(d, 12*time.Second), FaultKill, FaultPause, FaultBlackhole, FaultLatency)
 	mixed.Reset = 0.02
 	return []Scenario{
+		semaphoreScenario(d),
 		scenario("kill", d, FaultKill),
 		scenario("pause", d, FaultPause),
 		scenario("blackhole", d, FaultBlackhole),
@@ -80,4 +81,13 @@ func ClientScenarios(d time.Duration) []Scenario {
 		}
 	}
 	return out
+}
+
+// semaphoreScenario: 8 workers on one name of 3 permits (dlock.Permits),
+// with kills and pauses; Check allows no more than 3 holders at once.
+// Critical sections of up to 30 ms keep several permits held together.
+func semaphoreScenario(d time.Duration) Scenario {
+	sc := scenario("semaphore", max(d, 8*time.Second), FaultKill, FaultPause)
+	sc.Names, sc.Permits, sc.Work = 1, 3, 30*time.Millisecond
+	return sc
 }
