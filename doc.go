@@ -69,6 +69,15 @@
 // the protected resource and have it refuse smaller fences than it has seen;
 // keep critical writes idempotent (unique constraints, request ids).
 //
+// # Semaphores
+//
+// Permits(n) makes an acquisition take one of n permits of a name: up to n
+// holders at once, each permit its own lease on the server clock, freed
+// permits handed to the first live waiters in line (FIFO). All holders of a
+// name must agree on n, and a name is a semaphore or an exclusive lock at a
+// time (ErrMismatch); see Permits for the limits and what a permit's fence
+// means.
+//
 // # Data in Redis
 //
 // With the default prefix, the lock "order:42" is the hash dlock:{order:42}
@@ -80,5 +89,7 @@
 // A release hands the lock to the first
 // live waiter and tells that waiter's client alone on the channel
 // dlock:{order:42}:w:<client id>. The braces are a hash tag: all keys of one
-// lock share a Cluster slot.
+// lock share a Cluster slot. A semaphore's permits are the sorted set
+// dlock:{order:42}:sem (token by lease end), their data the hash
+// dlock:{order:42}:sem:d, and its waiters dlock:{order:42}:sem:q and :sem:qd.
 package dlock
