@@ -253,6 +253,9 @@ var resetAfter = []struct {
 	{[]byte(scripts.Release.Hash()), "release"},
 	{[]byte(scripts.Refresh.Hash()), "refresh"},
 	{[]byte(scripts.Acquire.Hash()), "acquire"},
+	{[]byte(scripts.SemRelease.Hash()), "release"},
+	{[]byte(scripts.SemRefresh.Hash()), "refresh"},
+	{[]byte(scripts.SemAcquire.Hash()), "acquire"},
 }
 
 func (c *resetConn) Write(b []byte) (int, error) {
