@@ -16,6 +16,10 @@ import (
 // ends with the Client's causes. It starts no goroutines (with the real
 // clock, package time runs expiries), and is safe for concurrent use.
 //
+// It supports dlock.Permits (a semaphore of n permits per name, FIFO, each
+// permit its own lease; see Permits and Expire) with the Client's refusals
+// (dlock.ErrMismatch). ForceUnlock acts on exclusive locks only.
+//
 // All Lockers made by New are independent: locks of one are invisible to
 // another. Several goroutines sharing one Locker stand for the instances of
 // a service sharing one Redis.
@@ -275,6 +279,9 @@ func (l *Locker) waitLimit(name string, w *waiter) {
 // lease deadline. The holder's context ends first, with a cause matching
 // dlock.ErrLockLost; then the name is handed to the first waiter, or free.
 // The old holder's Refresh, TTL and Release report dlock.ErrNotHeld.
+//
+// On a semaphore (dlock.Permits) name, it ends the oldest permit's lease
+// and hands that permit to the first waiter.
 //
 // It reports whether name was held.
 func (l *Locker) Expire(name string) bool {
