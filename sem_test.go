@@ -19,6 +19,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // semKey is the zset of a name's permits, semQueue its waiter queue.
@@ -399,4 +400,47 @@ func TestSemaphoreStaleHandoffNotAccepted(t *testing.T) {
 			t.Fatalf("a holder lost its permit: %v", err)
 		}
 	}
+}
+
+// TestSemaphoreLostReplyGivesPermitBack: an acquire whose script granted a
+// permit but whose reply was lost gives the permit back at once, and a
+// queued attempt whose reply was lost leaves no entry that a release then
+// hands a permit to.
+func TestSemaphoreLostReplyGivesPermitBack(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := srv.Client(t)
+	// Loaded, so that every run is an EVALSHA the hook can tell apart.
+	if err := scripts.SemAcquire.Load(bg, plain).Err(); err != nil {
+		t.Fatal(err)
+	}
+	isSemAcquire := func(cmd redis.Cmder) bool { return isScript(cmd, scripts.SemAcquire) }
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	rdb.AddHook(lostReplyHook(isSemAcquire, 1))
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newLocker(t, rdb)
+	if l, err := c.TryAcquire(bg, "slost", dlock.Permits(1), dlock.WithTTL(time.Minute)); err == nil {
+		_ = l.Release(bg)
+		t.Fatal("the lost reply was not lost")
+	}
+	waitFor(t, "the lost permit to be given back", func() bool { return plain.Exists(bg, semKey("slost")).Val() == 0 })
+
+	// Now a queued attempt's reply is lost while the one permit is held.
+	holder := mustAcquire(t, newLocker(t, plain), "slost", dlock.Permits(1), dlock.WithTTL(10*time.Second))
+	rdb2 := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	rdb2.AddHook(lostReplyHook(func(cmd redis.Cmder) bool { return isSemAcquire(cmd) && scriptArg(cmd, 4) != "" }, 1))
+	t.Cleanup(func() { _ = rdb2.Close() })
+	if _, err := newLocker(t, rdb2).Acquire(bg, "slost", dlock.Permits(1), dlock.WithTTL(time.Minute), dlock.WithWait(time.Second)); err == nil {
+		t.Fatal("the waiter got a held permit")
+	}
+	if err := holder.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	third := newLocker(t, plain)
+	waitFor(t, "the permit to be free of the waiter that left", func() bool {
+		l, err := third.TryAcquire(bg, "slost", dlock.Permits(1))
+		if err == nil {
+			_ = l.Release(bg)
+		}
+		return err == nil
+	})
 }
