@@ -51,7 +51,6 @@ func profile(d time.Duration) []Scenario {
 	mixed := scenario("mixed", max(d, 12*time.Second), FaultKill, FaultPause, FaultBlackhole, FaultLatency)
 	mixed.Reset = 0.02
 	return []Scenario{
-		semaphoreScenario(d),
 		scenario("kill", d, FaultKill),
 		scenario("pause", d, FaultPause),
 		scenario("blackhole", d, FaultBlackhole),
@@ -61,6 +60,7 @@ func profile(d time.Duration) []Scenario {
 		scenario("restart-empty", d, FaultRestartEmpty),
 		scenario("evict", d, FaultEvict),
 		mixed,
+		semaphoreScenario(d),
 	}
 }
 
