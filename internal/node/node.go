@@ -183,8 +183,9 @@ func ParseGrant(res []any) (Grant, error) {
 	return g, nil
 }
 
-// Refresh extends the lease of token's lock to at least ttl; the reply is 1
-// when extended, 0 when the lock is not token's.
+// Refresh extends the lease of token's lock (or permit, for a semaphore
+// token) to at least ttl; the reply is 1 when extended, 0 when it is not
+// token's.
 func Refresh(k Keys, token string, ttl time.Duration) Call {
 	if IsSem(token) {
 		return semRefresh(k, token, ms(ttl))
@@ -205,9 +206,9 @@ type ReleaseArgs struct {
 	FenceLifetime time.Duration
 }
 
-// Release lets token's lock go and hands it to the first live waiter. The
-// reply is 1 when released now, 2 when this token was released before (a
-// re-sent release), 0 when the lock is not token's.
+// Release lets token's lock (or permit) go and hands it to the first live
+// waiter. The reply is 1 when released now, 2 when this token was released
+// before (a re-sent release), 0 when the lock is not token's.
 func Release(k Keys, token string, a ReleaseArgs) Call {
 	if IsSem(token) {
 		return semRelease(k, token, a)
@@ -216,7 +217,8 @@ func Release(k Keys, token string, a ReleaseArgs) Call {
 		[]any{token, ms(a.Record), flag(a.GiveUp), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime)}}
 }
 
-// PTTL is the remaining lease of token's lock in ms, -1 when not token's.
+// PTTL is the remaining lease of token's lock (or permit) in ms, -1 when
+// not token's.
 func PTTL(k Keys, token string) Call {
 	if IsSem(token) {
 		return semPTTL(k, token)
