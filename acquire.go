@@ -143,8 +143,18 @@ func readAcquire(name string, b TTLBounds, opts []AcquireOption) (acquireConfig,
 		// WAIT takes whole ms, and WAIT n 0 would block for ever.
 		err = fmt.Errorf("%w: WithReplicas(%d, %v) needs n >= 0 and a timeout of at least 1ms", ErrInvalidOption, ac.replicas, ac.replicaWait)
 	}
+	if err == nil && ac.semaphore {
+		err = checkPermits(ac.permits)
+	}
 	if err == nil && ac.maxHold < 0 {
 		err = fmt.Errorf("%w: max hold %v is negative", ErrInvalidOption, ac.maxHold)
+	}
+	if err == nil && ac.semaphore && ac.shared {
+		err = fmt.Errorf("%w: Permits(%d) with Shared: a permit is not a read lock; choose one", ErrInvalidOption, ac.permits)
+	}
+	if err == nil && ac.minHold > 0 && (ac.semaphore || ac.shared) {
+		// Only the exclusive release keeps a lock for its min hold.
+		err = fmt.Errorf("%w: WithMinHold(%v) is for exclusive locks, not with Shared or Permits", ErrInvalidOption, ac.minHold)
 	}
 	if err == nil && ac.skipWriters && !ac.shared {
 		err = fmt.Errorf("%w: SkipWaitingWriters without Shared: only a reader can skip writers", ErrInvalidOption)
@@ -205,7 +215,7 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 	sent := time.Now()
 	res, acked, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.firstLease(), Owner: owner,
 		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime,
-		SkipWriters: ac.skipWriters}))
+		SkipWriters: ac.skipWriters, Permits: ac.permits, Sharded: c.notify.channels.sharded()}))
 	if err != nil {
 		// A lost reply may have granted the lock; an error reply of a
 		// queued attempt wrote nothing, but an earlier attempt of the
@@ -233,6 +243,12 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 			c.giveBack(ctx, k, token, ac.ttl) // a grant, or a place in line
 		}
 		return attemptResult{err: opError("acquire", name, cerr)}
+	}
+	if err := mismatch(ac, g); err != nil {
+		if queue {
+			c.giveBack(ctx, k, token, ac.ttl) // an earlier attempt of token may be in line
+		}
+		return attemptResult{err: opError("acquire", name, err)}
 	}
 	if !g.OK {
 		ttl := time.Duration(g.HolderTTL) * time.Millisecond

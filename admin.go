@@ -28,12 +28,18 @@ type LockInfo struct {
 	TTL     time.Duration // what is left of the lease now
 	Waiters int64         // clients lined up for it in Redis
 
-	// Kind is KindExclusive, or KindShared when readers (Shared) hold it:
-	// then Token is a marker, not a holder's, Owner is empty, Fence is the
-	// largest reader fence, Since the oldest reader's, TTL the longest
+	// Kind is KindExclusive, KindShared when readers (Shared) hold it, or
+	// KindSemaphore.
+	// A read lock's Token is a marker, not a holder's, Owner is empty, Fence
+	// is the largest reader fence, Since the oldest reader's, TTL the longest
 	// reader lease left, and Readers has each live reader, in grant order.
+	// A semaphore's info has no Token and no Lease; Owner reads "k/n
+	// permits", Since is the earliest grant, Fence the latest, TTL the time
+	// until the first permit comes back.
 	Kind    string
 	Readers []ReaderInfo
+	Permits int          // a semaphore's n
+	Holders []PermitInfo // a semaphore's live permits, the first to come back first
 	// Queue is the live waiters in line, first first (at most
 	// maxQueueShown of them), with their owners.
 	Queue []WaiterInfo
@@ -63,7 +69,7 @@ func (c *Client) List(ctx context.Context, match string, limit int) ([]LockInfo,
 		match = "*"
 	}
 	pattern := c.cfg.prefix + "{" + match + "}"
-	var names []string
+	var names, sems []string
 	seen := map[string]bool{}
 	scan := func(ctx context.Context, node redis.UniversalClient) error {
 		it := node.ScanType(ctx, 0, pattern, 1000, "hash").Iterator()
@@ -73,7 +79,23 @@ func (c *Client) List(ctx context.Context, match string, limit int) ([]LockInfo,
 				seen[name] = true
 				names = append(names, name)
 			}
-			if limit > 0 && len(names) >= limit {
+			if limit > 0 && len(names)+len(sems) >= limit {
+				return errEnough
+			}
+		}
+		if err := it.Err(); err != nil {
+			return err
+		}
+		// Semaphores: their permits zset, apart from the lock hashes.
+		it = node.ScanType(ctx, 0, pattern+":sem", 1000, "zset").Iterator()
+		for it.Next(ctx) {
+			lock, _ := strings.CutSuffix(it.Val(), ":sem")
+			name, ok := c.nameOf(lock)
+			if ok && !seen["\x00"+name] {
+				seen["\x00"+name] = true
+				sems = append(sems, name)
+			}
+			if limit > 0 && len(names)+len(sems) >= limit {
 				return errEnough
 			}
 		}
@@ -99,6 +121,13 @@ func (c *Client) List(ctx context.Context, match string, limit int) ([]LockInfo,
 	// One pipeline per batch of names rather than a round trip per lock.
 	for batch := range slices.Chunk(names, 200) {
 		got, err := c.inspect(ctx, batch)
+		if err != nil {
+			return nil, opError("list", "", fmt.Errorf("pattern %q: %w", match, err))
+		}
+		infos = append(infos, got...)
+	}
+	for batch := range slices.Chunk(sems, 200) {
+		got, err := c.semInspect(ctx, batch)
 		if err != nil {
 			return nil, opError("list", "", fmt.Errorf("pattern %q: %w", match, err))
 		}
@@ -131,6 +160,12 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 		return LockInfo{}, opError("inspect", name, err)
 	}
 	if len(infos) == 0 {
+		// Not an exclusive lock: a semaphore of that name?
+		if infos, err = c.semInspect(ctx, []string{name}); err != nil {
+			return LockInfo{}, opError("inspect", name, err)
+		}
+	}
+	if len(infos) == 0 {
 		return LockInfo{}, opError("inspect", name, fmt.Errorf("%w: nobody holds it", ErrNotHeld))
 	}
 	return infos[0], nil
@@ -148,14 +183,13 @@ func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error
 		qdata   *redis.MapStringStringCmd
 	}
 	pipe := c.rdb.Pipeline()
+	now := pipe.Time(ctx)
 	rs := make([]reads, len(names))
 	for i, name := range names {
 		k := c.keys(name)
 		rs[i] = reads{k: k, h: pipe.HGetAll(ctx, k.Lock), pttl: pipe.PTTL(ctx, k.Lock), waiters: pipe.ZCard(ctx, k.Queue),
 			line: pipe.ZRange(ctx, k.Queue, 0, maxQueueShown-1), qdata: pipe.HGetAll(ctx, k.QData)}
 	}
-	// Leases and waiter entries are dated on the server's clock.
-	now := pipe.Time(ctx)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, redisError(err)
 	}
@@ -195,7 +229,13 @@ func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error
 // It breaks mutual exclusion if the holder is alive: the holder learns at its
 // next renewal and its context is cancelled, but work it does until then
 // overlaps with the next holder's. Use fencing where that matters.
+//
+// A semaphore's permit is force-unlocked by its own token (from
+// LockInfo.Holders); the LockInfo returned is the semaphore's before.
 func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo, error) {
+	if node.IsSem(token) {
+		return c.forceUnlockPermit(ctx, name, token)
+	}
 	info, err := c.Inspect(ctx, name)
 	if err != nil {
 		// Nobody holds it: ErrNotHeld with an empty LockInfo, which tells

@@ -14,6 +14,7 @@ import (
 const (
 	KindExclusive = "exclusive" // one holder (an acquisition without Shared)
 	KindShared    = "shared"    // readers (Shared)
+	KindSemaphore = "semaphore" // permits of a name (Permits)
 )
 
 // ReaderInfo is one reader of a shared lock, in LockInfo.Readers.

@@ -4,7 +4,9 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -46,5 +48,37 @@ func BenchmarkTryAcquireRelease(b *testing.B) {
 				}
 			}
 		})
+	})
+}
+
+// BenchmarkSemaphore measures one uncontended permit: TryAcquire and
+// Release of Permits(8), beside BenchmarkTryAcquireRelease's exclusive lock.
+// "held7" takes a permit while 7 others are held: the scripts read the
+// permits zset, whose size is the cost that grows with n.
+func BenchmarkSemaphore(b *testing.B) {
+	srv := redistest.Start(b)
+	c := newLocker(b, srv.Client(b))
+	cycle := func(b *testing.B, name string) {
+		b.ReportAllocs()
+		for b.Loop() {
+			l, err := c.TryAcquire(bg, name, dlock.Permits(8))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(bg); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("free", func(b *testing.B) { cycle(b, "sem-free") })
+	b.Run("held7", func(b *testing.B) {
+		for range 7 {
+			l, err := c.TryAcquire(bg, "sem-held", dlock.Permits(8), dlock.WithTTL(time.Minute))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = l.Release(bg) })
+		}
+		cycle(b, "sem-held")
 	})
 }

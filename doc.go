@@ -82,6 +82,15 @@
 // the protected resource and have it refuse smaller fences than it has seen;
 // keep critical writes idempotent (unique constraints, request ids).
 //
+// # Semaphores
+//
+// Permits(n) makes an acquisition take one of n permits of a name: up to n
+// holders at once, each permit its own lease on the server clock, freed
+// permits handed to the first live waiters in line (FIFO). All holders of a
+// name must agree on n, and a name is a semaphore or an exclusive lock at a
+// time (ErrMismatch); see Permits for the limits and what a permit's fence
+// means.
+//
 // # Data in Redis
 //
 // With the default prefix, the lock "order:42" is the hash dlock:{order:42}
@@ -96,5 +105,7 @@
 // lock share a Cluster slot. A lock released before its min hold
 // (WithMinHold) keeps its hash, with the token "min-hold", until then.
 // Readers live in the same hash: its token is a marker, and each reader has
-// a field r:<token> with its lease's end.
+// a field r:<token> with its lease's end. A semaphore's permits are the
+// sorted set dlock:{order:42}:sem (token by lease end), their data the hash
+// dlock:{order:42}:sem:d, and its waiters dlock:{order:42}:sem:q and :sem:qd.
 package dlock

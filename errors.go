@@ -85,6 +85,12 @@ var (
 	// than arrived in time. The lock was released again; the error wraps a
 	// *ReplicaError.
 	ErrNotReplicated = errors.New("dlock: not replicated")
+
+	// ErrMismatch: the name is in use in a way this acquisition does not
+	// agree with: a semaphore acquisition (Permits) on a name held as an
+	// exclusive lock, or with another number of permits than the holders'.
+	// The error names both. Nothing was taken.
+	ErrMismatch = errors.New("dlock: name in use with other settings")
 )
 
 // Error is the error of one operation on one lock. Every error a Client or

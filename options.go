@@ -170,6 +170,9 @@ type acquireConfig struct {
 
 	shared      bool // Shared: a read lock (rw.go)
 	skipWriters bool // SkipWaitingWriters
+
+	semaphore bool // Permits was given: take one of permits
+	permits   int
 }
 
 // WithTTL sets the lock's lease: how long Redis keeps the lock if the holder
@@ -287,6 +290,10 @@ type AcquireSettings struct {
 	// Shared is Shared's: a read lock. A Locker without read locks
 	// refuses it with ErrInvalidOption; SkipWriters is SkipWaitingWriters'.
 	Shared, SkipWriters bool
+	// Permits is Permits' n: the acquisition takes one of n permits of the
+	// name. 0 for an exclusive lock. A Locker without semaphores refuses a
+	// non-zero value with ErrInvalidOption.
+	Permits int
 }
 
 // ReadAcquireOptions applies opts and checks them and name by the rules
@@ -301,7 +308,7 @@ func ReadAcquireOptions(name string, b TTLBounds, opts ...AcquireOption) (Acquir
 	}
 	return AcquireSettings{TTL: ac.ttl, Wait: ac.wait, Renew: ac.renew, MaxHold: ac.maxHold, MinHold: ac.minHold,
 		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, Reentrant: ac.reentrant, HoldWarning: ac.holdWarn,
-		Owner: ac.owner, Shared: ac.shared, SkipWriters: ac.skipWriters}, nil
+		Owner: ac.owner, Shared: ac.shared, SkipWriters: ac.skipWriters, Permits: ac.permits}, nil
 }
 
 // checkName refuses names Redis would take but no user means: the empty

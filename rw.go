@@ -40,9 +40,13 @@ func SkipWaitingWriters() AcquireOption {
 // node's shared prefix: the scripts a token runs (acquire, refresh, release,
 // ttl) are chosen by it, so the waiting, renewal and release machinery is
 // the same for both kinds.
+// A permit's (Permits) carries the semaphore's prefix the same way.
 func (ac acquireConfig) newToken() string {
-	if ac.shared {
+	switch {
+	case ac.shared:
 		return node.SharedPrefix + newToken()
+	case ac.semaphore:
+		return node.SemPrefix + newToken()
 	}
 	return newToken()
 }

@@ -92,11 +92,17 @@ type lockJSON struct {
 	AgeMs       int64     `json:"age_ms"`   // since acquisition, on this server's clock
 	Since       time.Time `json:"since"`    // acquisition, on the holder's clock
 	Waiters     int64     `json:"waiters"`
-	Kind        string    `json:"kind"` // "exclusive" or "shared"
-	// Readers of a shared lock, and the waiters in line (owner, kind).
+	Kind        string    `json:"kind"` // "exclusive", "shared" or "semaphore"
+	// Readers of a shared lock, a semaphore's n and permits (each fence
+	// names one for unlock), and the live waiters in line, first first.
 	Readers []readerJSON `json:"readers,omitempty"`
+	Permits int          `json:"permits,omitempty"`
+	Holders []permitJSON `json:"holders,omitempty"`
 	Queue   []waiterJSON `json:"queue,omitempty"`
 }
+
+// permitJSON is a semaphore's permit: what a reader shows.
+type permitJSON = readerJSON
 
 type readerJSON struct {
 	Owner       string    `json:"owner"`
@@ -111,20 +117,25 @@ type waiterJSON struct {
 	Owner       string `json:"owner"`
 	TokenPrefix string `json:"token_prefix"`
 	Shared      bool   `json:"shared"`
+	AliveMs     int64  `json:"alive_ms"` // how long its entry stays in line without a renewed attempt
 }
 
 func toJSON(i dlock.LockInfo, now time.Time) lockJSON {
 	j := lockJSON{
 		Name: i.Name, Owner: i.Owner, TokenPrefix: i.TokenPrefix(), Fence: i.Fence,
 		TTLms: i.TTL.Milliseconds(), LeaseMs: i.Lease.Milliseconds(),
-		AgeMs: age(i, now).Milliseconds(), Since: i.Since.UTC(), Waiters: i.Waiters, Kind: i.Kind,
+		AgeMs: age(i, now).Milliseconds(), Since: i.Since.UTC(), Waiters: i.Waiters, Kind: i.Kind, Permits: i.Permits,
 	}
 	for _, r := range i.Readers {
 		j.Readers = append(j.Readers, readerJSON{Owner: r.Owner, TokenPrefix: r.TokenPrefix(), Fence: r.Fence,
 			TTLms: r.TTL.Milliseconds(), LeaseMs: r.Lease.Milliseconds(), Since: r.Since.UTC()})
 	}
+	for _, p := range i.Holders {
+		j.Holders = append(j.Holders, permitJSON{Owner: p.Owner, TokenPrefix: p.TokenPrefix(), Fence: p.Fence,
+			TTLms: p.TTL.Milliseconds(), LeaseMs: p.Lease.Milliseconds(), Since: p.Since.UTC()})
+	}
 	for _, w := range i.Queue {
-		j.Queue = append(j.Queue, waiterJSON{Owner: w.Owner, TokenPrefix: w.TokenPrefix(), Shared: w.Shared})
+		j.Queue = append(j.Queue, waiterJSON{Owner: w.Owner, TokenPrefix: w.TokenPrefix(), Shared: w.Shared, AliveMs: w.Alive.Milliseconds()})
 	}
 	return j
 }

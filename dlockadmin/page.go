@@ -53,6 +53,8 @@ type row struct {
 	TTL, Lease, Age, Since         string
 	Waiters                        int64
 	Line                           string // the waiters in line, with their owners
+	// A semaphore's permits and every lock's waiters, one line each.
+	Permits, Queue []string
 }
 
 func toRow(i dlock.LockInfo, now time.Time) row {
@@ -64,6 +66,7 @@ func toRow(i dlock.LockInfo, now time.Time) row {
 		Name: i.Name, Href: "api/locks/" + url.PathEscape(i.Name), Owner: i.Owner, TokenPrefix: i.TokenPrefix(),
 		Fence: i.Fence, TTL: ttl, Lease: human(i.Lease), Age: human(age(i, now)),
 		Since: i.Since.UTC().Format(time.RFC3339Nano), Waiters: i.Waiters, Line: lineText(i),
+		Permits: permitLines(i), Queue: queueLines(i),
 	}
 	if i.Kind == dlock.KindShared {
 		owners := make([]string, 0, len(i.Readers))
@@ -86,6 +89,29 @@ func lineText(i dlock.LockInfo) string {
 		parts = append(parts, w.Owner+" ("+kind+")")
 	}
 	return strings.Join(parts, ", ")
+}
+
+func permitLines(i dlock.LockInfo) []string {
+	var out []string
+	for _, p := range i.Holders {
+		out = append(out, fmt.Sprintf("%s (fence %d, %s left)", p.Owner, p.Fence, human(p.TTL)))
+	}
+	return out
+}
+
+func queueLines(i dlock.LockInfo) []string {
+	var out []string
+	for n, w := range i.Queue {
+		kind := "write"
+		if w.Shared {
+			kind = "read"
+		}
+		if i.Kind == dlock.KindSemaphore {
+			kind = "permit"
+		}
+		out = append(out, fmt.Sprintf("%d. %s (%s, alive %s)", n+1, w.Owner, kind, human(w.Alive)))
+	}
+	return out
 }
 
 // human formats d for a table cell: precise when short, coarse when long,

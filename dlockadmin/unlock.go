@@ -111,12 +111,22 @@ func (h *handler) forceUnlock(r *http.Request, req unlockRequest) unlockResult {
 	if err != nil {
 		return h.audit(r, req, unlockResult{status: statusOf(err), msg: err.Error()})
 	}
-	if info.Fence != fence {
+	token, ok := info.Token, info.Fence == fence
+	if info.Kind == dlock.KindSemaphore {
+		// Each permit has a fence of its own: it names the permit.
+		ok = false
+		for _, p := range info.Holders {
+			if p.Fence == fence {
+				token, ok = p.Token, true
+			}
+		}
+	}
+	if !ok {
 		return h.audit(r, req, unlockResult{status: http.StatusConflict, current: info,
 			msg: fmt.Sprintf("lock %q changed hands: its holder now has fence %d, not %d; nothing was removed", req.name, info.Fence, fence)})
 	}
 	// On ErrNotHeld, got is the holder ForceUnlock found instead.
-	got, err := h.c.ForceUnlock(ctx, req.name, info.Token)
+	got, err := h.c.ForceUnlock(ctx, req.name, token)
 	switch {
 	case errors.Is(err, dlock.ErrNotHeld) && got.Token == "":
 		return h.audit(r, req, unlockResult{status: http.StatusNotFound,

@@ -60,6 +60,11 @@ type Harness struct {
 	// the reason, for example {"MaxHold": "Redlock refuses WithMaxHold"}.
 	// A name that is no subtest fails the suite, so the list cannot rot.
 	Skip map[string]string
+
+	// NoSemaphores, when set, is why the Locker does not offer
+	// dlock.Permits: the Semaphore* subtests are skipped with it, and the
+	// suite checks instead that Permits is refused with ErrInvalidOption.
+	NoSemaphores string
 }
 
 // Conformance checks that the Lockers h makes behave as dlock.Locker
@@ -108,6 +113,9 @@ func Conformance(t *testing.T, h Harness) {
 	for _, c := range tests {
 		t.Run(c.name, func(t *testing.T) {
 			if why, ok := h.Skip[c.name]; ok {
+				t.Skip(why)
+			}
+			if why := h.NoSemaphores; why != "" && strings.HasPrefix(c.name, "Semaphore") && c.name != "SemaphoreRefused" {
 				t.Skip(why)
 			}
 			c.run(t)
@@ -159,6 +167,11 @@ func (s *suite) tests() []conformanceTest {
 		{"ReentryOptIn", s.reentryOptIn},
 		{"MutualExclusion", s.mutualExclusion},
 		{"Close", s.close},
+		{"SemaphorePermits", s.semPermits},
+		{"SemaphoreFIFO", s.semFIFO},
+		{"SemaphoreLease", s.semLease},
+		{"SemaphoreMismatch", s.semMismatch},
+		{"SemaphoreRefused", s.semRefused},
 	}
 	return append(tests, s.sharedTests()...)
 }

@@ -22,6 +22,7 @@ type lock struct {
 	since time.Time // acquired (granted or handed over), on the clock
 	// shared: a reader (dlock.Shared), one of entry.readers
 	shared bool
+	sem    bool // a semaphore's permit (Permits)
 	ctx    context.Context
 	// cancel ends ctx. It is called under Locker.mu, before the name goes
 	// to the next holder: whoever gets the lock next finds the previous

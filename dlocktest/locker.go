@@ -17,6 +17,10 @@ import (
 // Client's rules: writers first, readers let in together. It starts no goroutines (with the real
 // clock, package time runs expiries), and is safe for concurrent use.
 //
+// It supports dlock.Permits (a semaphore of n permits per name, FIFO, each
+// permit its own lease; see Permits and Expire) with the Client's refusals
+// (dlock.ErrMismatch). ForceUnlock acts on exclusive locks only.
+//
 // All Lockers made by New are independent: locks of one are invisible to
 // another. Several goroutines sharing one Locker stand for the instances of
 // a service sharing one Redis.
@@ -29,6 +33,7 @@ type Locker struct {
 	// taken before the ManualClock's.
 	mu     sync.Mutex
 	names  map[string]*entry // names held or waited for
+	sems   map[string]*entry // semaphores (Permits) held or waited for: see semaphore.go
 	fences map[string]int64  // the last fence handed out per name
 	live   map[*lock]struct{}
 	closed bool
@@ -45,6 +50,9 @@ type entry struct {
 	// name is free, or handed to the first waiter, at kept, as in Redis.
 	kept     time.Time
 	keptStop func() bool
+
+	permits int     // a semaphore's n, agreed while it has holders or waiters
+	sem     []*lock // a semaphore's holders, in grant order
 }
 
 // waiter is one Acquire waiting for a name. Its outcome is decided once,
@@ -58,6 +66,7 @@ type waiter struct {
 	done     chan struct{} // closed once decided
 	lock     *lock         // granted
 	err      error         // or gave up
+	sem      bool          // waits for a permit (Permits)
 }
 
 var _ dlock.Locker = (*Locker)(nil)
@@ -76,7 +85,7 @@ func New(opts ...Option) (*Locker, error) {
 	if cfg.err != nil {
 		return nil, &dlock.Error{Op: "new", Err: cfg.err}
 	}
-	return &Locker{clock: cfg.clock, bounds: cfg.bounds, names: map[string]*entry{},
+	return &Locker{clock: cfg.clock, bounds: cfg.bounds, names: map[string]*entry{}, sems: map[string]*entry{},
 		fences: map[string]int64{}, live: map[*lock]struct{}{}}, nil
 }
 
@@ -166,17 +175,27 @@ func (l *Locker) take(ctx context.Context, name string, s dlock.AcquireSettings,
 		return nil, opError("acquire", name, ctx.Err())
 	}
 	e := l.names[name]
-	if e == nil || e.admits(s) {
+	if s.Permits > 0 {
+		var lk *lock
+		var err error
+		if e, lk, err = l.tryPermit(ctx, name, s); err != nil {
+			l.mu.Unlock()
+			return nil, err
+		} else if lk != nil {
+			l.mu.Unlock()
+			return lk, nil
+		}
+	} else if e == nil || e.admits(s) {
 		lk := l.grant(ctx, name, s)
 		l.mu.Unlock()
 		return lk, nil
 	}
 	if !wait || s.Wait == 0 {
-		err := busy(name, e.left(l.clock.Now()), nil)
+		err := busy(name, l.busyTTL(e), nil)
 		l.mu.Unlock()
 		return nil, err
 	}
-	w := &waiter{ctx: ctx, settings: s, deadline: l.clock.Now().Add(s.Wait), done: make(chan struct{})}
+	w := &waiter{ctx: ctx, settings: s, deadline: l.clock.Now().Add(s.Wait), done: make(chan struct{}), sem: s.Permits > 0}
 	e.waiters = append(e.waiters, w)
 	w.stop = l.clock.AfterFunc(s.Wait, func() { l.waitLimit(name, w) })
 	l.mu.Unlock()
@@ -203,7 +222,7 @@ func (l *Locker) grant(ctx context.Context, name string, s dlock.AcquireSettings
 	l.fences[name]++
 	lk := &lock{l: l, name: name, token: newToken(s.Shared), fence: l.fences[name], renew: s.Renew, shared: s.Shared,
 		ttl: s.TTL, maxHold: s.MaxHold, leased: now, until: now.Add(s.TTL), owner: s.Owner, since: now,
-		minHold: s.MinHold, granted: now}
+		minHold: s.MinHold, granted: now, sem: s.Permits > 0}
 	if lk.owner == "" {
 		lk.owner = "dlocktest"
 	}
@@ -213,18 +232,25 @@ func (l *Locker) grant(ctx context.Context, name string, s dlock.AcquireSettings
 	// The lock's context keeps the caller's values (trace ids) but not its
 	// cancellation, and carries the lock itself, as the Client's does.
 	lk.ctx, lk.cancel = context.WithCancelCause(dlock.NewContext(context.WithoutCancel(ctx), lk))
-	e := l.names[name]
-	if e == nil {
-		e = &entry{}
-		l.names[name] = e
-	}
-	if s.Shared {
-		if e.readers == nil {
-			e.readers = map[*lock]struct{}{}
-		}
-		e.readers[lk] = struct{}{}
+	if lk.sem {
+		lk.token = semPrefix + lk.token
+		e := l.sems[name]
+		e.permits = s.Permits
+		e.sem = append(e.sem, lk)
 	} else {
-		e.holder = lk
+		e := l.names[name]
+		if e == nil {
+			e = &entry{}
+			l.names[name] = e
+		}
+		if s.Shared {
+			if e.readers == nil {
+				e.readers = map[*lock]struct{}{}
+			}
+			e.readers[lk] = struct{}{}
+		} else {
+			e.holder = lk
+		}
 	}
 	l.live[lk] = struct{}{}
 	lk.arm(now)
@@ -243,9 +269,14 @@ func (l *Locker) free(name string) {
 	l.handOff(name)
 }
 
-// release ends lk's hold at now: a reader leaves; the writer frees the
-// name, or keeps it for its min hold. l.mu must be held.
+// release ends lk's hold at now: a permit is handed on; a reader leaves;
+// the writer frees the name, or keeps it for its min hold. l.mu must be
+// held.
 func (l *Locker) release(lk *lock, now time.Time) {
+	if lk.sem {
+		l.freeOf(lk)
+		return
+	}
 	if lk.shared {
 		l.drop(lk)
 		return
@@ -262,11 +293,14 @@ func (l *Locker) giveUp(name string, w *waiter, cause error) {
 	}
 	w.stop()
 	var holderTTL time.Duration
-	if e := l.names[name]; e != nil {
+	if e := l.entryOf(name, w.sem); e != nil {
 		if i := slices.Index(e.waiters, w); i >= 0 {
 			e.waiters = slices.Delete(e.waiters, i, i+1)
 		}
-		holderTTL = e.left(l.clock.Now())
+		holderTTL = l.busyTTL(e)
+		if w.sem && len(e.waiters) == 0 && len(e.sem) == 0 {
+			delete(l.sems, name)
+		}
 	}
 	w.err = busy(name, holderTTL, cause)
 	close(w.done)
@@ -286,6 +320,9 @@ func (l *Locker) waitLimit(name string, w *waiter) {
 // dlock.ErrLockLost; then the name is handed to the first waiter, or free.
 // The old holder's Refresh, TTL and Release report dlock.ErrNotHeld.
 //
+// On a semaphore (dlock.Permits) name, it ends the oldest permit's lease
+// and hands that permit to the first waiter.
+//
 // It reports whether name was held.
 func (l *Locker) Expire(name string) bool {
 	l.mu.Lock()
@@ -294,8 +331,9 @@ func (l *Locker) Expire(name string) bool {
 	if e == nil || !e.held() {
 		if e != nil && !e.kept.IsZero() {
 			l.free(name) // the key kept for a min hold, deleted
+			return false
 		}
-		return false
+		return l.expirePermit(name)
 	}
 	for _, lk := range e.holders() {
 		lk.lose(fmt.Errorf("%w: no renewal confirmed before the lease deadline (dlocktest: Expire)", dlock.ErrLockLost))
@@ -360,10 +398,14 @@ func (l *Locker) Holder(name string) (dlock.Lock, bool) {
 func (l *Locker) Waiters(name string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	n := 0
 	if e := l.names[name]; e != nil {
-		return len(e.waiters)
+		n += len(e.waiters)
 	}
-	return 0
+	if e := l.sems[name]; e != nil {
+		n += len(e.waiters)
+	}
+	return n
 }
 
 // Close releases the locks still held (their contexts end with a cause
@@ -380,18 +422,21 @@ func (l *Locker) Close(ctx context.Context) error {
 		return nil
 	}
 	l.closed = true
-	for name, e := range l.names {
-		e.unkeep()
-		for _, w := range e.waiters {
-			w.stop()
-			w.err = opError("acquire", name, dlock.ErrClosed)
-			close(w.done)
+	for _, m := range []map[string]*entry{l.names, l.sems} {
+		for name, e := range m {
+			e.unkeep()
+			for _, w := range e.waiters {
+				w.stop()
+				w.err = opError("acquire", name, dlock.ErrClosed)
+				close(w.done)
+			}
 		}
 	}
 	for lk := range l.live {
 		lk.end(released, errClosedRelease)
 	}
 	clear(l.names)
+	clear(l.sems)
 	return nil
 }
 

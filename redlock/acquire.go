@@ -130,6 +130,10 @@ func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.Acquir
 		// own is not a read lock: refuse rather than take a write lock the
 		// caller did not ask for.
 		err = fmt.Errorf("%w: Shared (read locks) is not supported by Redlock", dlock.ErrInvalidOption)
+	case s.Permits > 0:
+		// A quorum of permits on independent nodes is not a semaphore
+		// of n: refuse rather than hand out more than n.
+		err = fmt.Errorf("%w: Permits(%d) is not supported by Redlock", dlock.ErrInvalidOption, s.Permits)
 	case r.isClosed():
 		err = dlock.ErrClosed
 	default:

@@ -33,5 +33,6 @@ func TestConformance(t *testing.T) {
 			"MaxHold": "a Redlock refuses WithMaxHold",
 			"MinHold": "a Redlock refuses WithMinHold",
 		},
+		NoSemaphores: "a Redlock refuses Permits: n permits on independent nodes are no semaphore of n",
 	})
 }

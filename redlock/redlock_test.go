@@ -122,6 +122,7 @@ func TestRefusesMaxHoldAndReplicas(t *testing.T) {
 		{"WithMaxHold", dlock.WithMaxHold(400 * time.Millisecond)},
 		{"WithMinHold", dlock.WithMinHold(400 * time.Millisecond)},
 		{"WithReplicas", dlock.WithReplicas(1, 100*time.Millisecond)},
+		{"Permits", dlock.Permits(2)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, acquire := range []func(context.Context, string, ...dlock.AcquireOption) (dlock.Lock, error){r.Acquire, r.TryAcquire} {

@@ -81,7 +81,8 @@ func exitCode(err error, conflict int) int {
 		return exitUsage
 	case errors.Is(err, dlock.ErrLockLost):
 		return exitLost
-	case errors.Is(err, dlock.ErrNotObtained):
+	case errors.Is(err, dlock.ErrNotObtained),
+		errors.Is(err, dlock.ErrMismatch): // the name is in use otherwise: a conflict too
 		return conflict
 	case errors.Is(err, dlock.ErrNotHeld):
 		return exitNotFound

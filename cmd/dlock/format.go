@@ -24,11 +24,17 @@ type lockView struct {
 	LeaseMS     int64     `json:"lease_ms"`
 	TTLMS       int64     `json:"ttl_ms"`
 	Waiters     int64     `json:"waiters"`
-	Kind        string    `json:"kind"`
-	// Readers and Queue: see dlock.LockInfo; tokens by prefix only.
+	Kind        string    `json:"kind"` // exclusive, shared or semaphore
+	// Readers, Holders and Queue: see dlock.LockInfo; tokens by prefix only.
 	Readers []readerView `json:"readers,omitempty"`
+	Permits int          `json:"permits,omitempty"` // a semaphore's n
+	Holders []permitView `json:"holders,omitempty"` // a semaphore's permits
 	Queue   []waiterView `json:"queue,omitempty"`
 }
+
+// permitView is one permit of a semaphore; a reader of a read lock reads
+// the same.
+type permitView = readerView
 
 type readerView struct {
 	Owner       string    `json:"owner"`
@@ -47,12 +53,17 @@ type waiterView struct {
 }
 
 func viewOf(i dlock.LockInfo, now time.Time) lockView {
-	return lockView{
+	v := lockView{
 		Name: i.Name, Key: i.Key, Owner: i.Owner, TokenPrefix: i.TokenPrefix(), Fence: i.Fence,
 		Since: i.Since, AgeMS: i.Age(now).Milliseconds(), LeaseMS: i.Lease.Milliseconds(),
-		TTLMS: i.TTL.Milliseconds(), Waiters: i.Waiters, Kind: i.Kind,
+		TTLMS: i.TTL.Milliseconds(), Waiters: i.Waiters, Kind: i.Kind, Permits: i.Permits,
 		Readers: readersView(i), Queue: queueView(i),
 	}
+	for _, p := range i.Holders {
+		v.Holders = append(v.Holders, permitView{Owner: p.Owner, TokenPrefix: p.TokenPrefix(), Fence: p.Fence,
+			Since: p.Since, LeaseMS: p.Lease.Milliseconds(), TTLMS: p.TTL.Milliseconds()})
+	}
+	return v
 }
 
 func readersView(i dlock.LockInfo) []readerView {
@@ -78,6 +89,14 @@ func ownerText(i dlock.LockInfo) string {
 		return fmt.Sprintf("(%d readers)", len(i.Readers))
 	}
 	return i.Owner
+}
+
+// kindOf is the KIND column: read, write or semaphore.
+func kindOf(i dlock.LockInfo) string {
+	if i.Kind == dlock.KindSemaphore {
+		return "semaphore"
+	}
+	return kindText(i.Kind == dlock.KindShared)
 }
 
 // kindText is how a waiter or a lock kind reads: read or write.
@@ -107,14 +126,21 @@ func writeTable(w io.Writer, infos []dlock.LockInfo, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tKIND\tOWNER\tTOKEN\tFENCE\tAGE\tTTL\tWAITERS")
 	for _, i := range infos {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%d\t%v\t%v\t%d\n", i.Name, kindText(i.Kind == dlock.KindShared), ownerText(i),
-			i.TokenPrefix(), i.Fence, roundDur(i.Age(now)), roundDur(i.TTL), i.Waiters)
+		token := i.TokenPrefix() + "…"
+		if i.Kind == dlock.KindSemaphore {
+			token = "-" // one per permit: see inspect
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%v\t%v\t%d\n", i.Name, kindOf(i), ownerText(i),
+			token, i.Fence, roundDur(i.Age(now)), roundDur(i.TTL), i.Waiters)
 	}
 	return tw.Flush()
 }
 
 // writeDetail prints one lock, for inspect and unlock.
 func writeDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
+	if i.Kind == dlock.KindSemaphore {
+		return writeSemDetail(w, i, now)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
 	fmt.Fprintf(tw, "name:\t%s\n", i.Name)
 	fmt.Fprintf(tw, "kind:\t%s\n", kindText(i.Kind == dlock.KindShared))
@@ -129,8 +155,39 @@ func writeDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
 		fmt.Fprintf(tw, "reader %d:\t%s, token %s…, fence %d, held %v, ttl left %v of %v\n", n+1, r.Owner, r.TokenPrefix(),
 			r.Fence, roundDur(now.Sub(r.Since)), roundDur(r.TTL), r.Lease)
 	}
-	for n, w := range i.Queue {
-		fmt.Fprintf(tw, "waiter %d:\t%s (%s), token %s…\n", n+1, w.Owner, kindText(w.Shared), w.TokenPrefix())
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeQueue(w, i.Queue)
+}
+
+// writeSemDetail prints a semaphore: its permits, one a line, then its
+// waiters.
+func writeSemDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
+	fmt.Fprintf(w, "name:    %s (semaphore, %d of %d permits held)\nkey:     %s\nwaiters: %d\n",
+		i.Name, len(i.Holders), i.Permits, i.Key, i.Waiters)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PERMIT\tOWNER\tTOKEN\tFENCE\tAGE\tTTL")
+	for n, p := range i.Holders {
+		fmt.Fprintf(tw, "%d\t%s\t%s…\t%d\t%v\t%v of %v\n", n+1, p.Owner, p.TokenPrefix(), p.Fence,
+			roundDur(now.Sub(p.Since)), roundDur(p.TTL), p.Lease)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeQueue(w, i.Queue)
+}
+
+// writeQueue prints the live waiters in line, first first, with their
+// owners.
+func writeQueue(w io.Writer, q []dlock.WaiterInfo) error {
+	if len(q) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "IN LINE\tWAITER\tKIND\tTOKEN\tALIVE")
+	for n, x := range q {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s…\t%v\n", n+1, x.Owner, kindText(x.Shared), x.TokenPrefix(), x.Alive)
 	}
 	return tw.Flush()
 }

@@ -26,6 +26,7 @@ type runOptions struct {
 	minHold   time.Duration // --min-hold, 0: none
 	shared    bool          // --shared: a read lock, as flock -s
 	skip      bool          // --skip-waiting-writers
+	permits   int           // --permits: one of n permits (a semaphore); 0 for the exclusive lock
 }
 
 // acquireOptions are the options of the lock run takes.
@@ -39,6 +40,9 @@ func (o runOptions) acquireOptions() []dlock.AcquireOption {
 	}
 	if o.skip {
 		opts = append(opts, dlock.SkipWaitingWriters())
+	}
+	if o.permits > 0 {
+		opts = append(opts, dlock.Permits(o.permits))
 	}
 	return opts
 }
@@ -93,7 +97,8 @@ func newRunCmd(a *app) *cobra.Command {
   dlock run -n -E 0 backup -- ./backup.sh    # exit 0 when a backup already runs
   dlock run -N stock:bonn -N stock:lyon -- ./move-stock.sh
   */5 * * * * dlock run --min-hold 30s -n -E 0 job -- ./job.sh   # once per tick
-  dlock run -s catalog -- ./export.sh        # many exports at once, none during an import`,
+  dlock run -s catalog -- ./export.sh        # many exports at once, none during an import
+  dlock run --permits 3 encoder -- ./encode.sh  # at most 3 at once, across machines`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			_, _, err := splitRunArgs(cmd.ArgsLenAtDash(), args, o.names)
 			return err
@@ -108,6 +113,9 @@ func newRunCmd(a *app) *cobra.Command {
 					return usagef("-n/--no-wait and -w/--wait exclude each other")
 				}
 				o.wait = 0
+			}
+			if cmd.Flags().Changed("permits") && o.permits == 0 {
+				return usagef("--permits 0: a semaphore needs at least 1 permit")
 			}
 			return a.run(cmd.Context(), o, names, argv)
 		},
@@ -125,6 +133,7 @@ func newRunCmd(a *app) *cobra.Command {
 	// A repeated flag, not NAME,NAME: names may contain commas, and a flag
 	// cannot eat COMMAND's arguments.
 	fs.StringArrayVarP(&o.names, "name", "N", nil, "a lock to take; repeat for several, taken all or nothing (no NAME before -- then)")
+	fs.IntVar(&o.permits, "permits", 0, "take one of N permits of NAME (a semaphore, as consul lock -n): at most N commands run at once")
 	return cmd
 }
 
@@ -163,6 +172,8 @@ func (a *app) run(ctx context.Context, o runOptions, names []string, argv []stri
 		return usagef("--kill-grace %v is negative", o.killGrace)
 	case a.conflict < 0 || a.conflict > 255:
 		return usagef("--conflict-exit-code %d is not within 0..255", a.conflict)
+	case o.permits < 0 || o.permits > dlock.MaxPermits:
+		return usagef("--permits %d is not within 1..%d", o.permits, dlock.MaxPermits)
 	}
 	owner := o.owner
 	if owner == "" {

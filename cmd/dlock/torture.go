@@ -47,8 +47,10 @@ behind, losses a holder never heard of. An overlap the lock's contract admits
 (a holder frozen past its lease) is counted as expected, with its reason;
 anything else is a violation, printed as a counterexample.
 
-The scenarios (kill, pause, blackhole, latency, reset, mixed) share
---duration, at least 3s each; --scenario picks some.
+The scenarios (kill, pause, blackhole, latency, reset, mixed, and semaphore:
+one name of 3 permits, where more than 3 holders at once is the violation)
+share --duration, at least 3s each (mixed 12s, semaphore 8s); --scenario
+picks some.
 
 The locks go to the Redis the connection flags name: one server, by
 -u/--url, --addr, --user and the password from the environment. Sentinel,

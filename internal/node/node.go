@@ -139,11 +139,21 @@ type AcquireArgs struct {
 	FenceLifetime      time.Duration // the fence counter's idle lifetime
 	// SkipWriters lets a reader join readers while a writer waits.
 	SkipWriters bool
+
+	// Permits is n of a semaphore permit's token (IsSem), and Sharded
+	// tells the waiters its acquire hands freed permits to on a shard
+	// channel. The exclusive lock's acquire hands nothing on.
+	Permits int
+	Sharded bool
 }
 
 // Acquire takes the lock for token if it is free (or ours already); a
-// reader's token (IsShared) takes a read lock.
+// reader's token (IsShared) takes a read lock; a semaphore token (IsSem) one
+// of a.Permits permits.
 func Acquire(k Keys, token string, a AcquireArgs) Call {
+	if IsSem(token) {
+		return semAcquire(k, token, a)
+	}
 	return Call{pick(token, scripts.Acquire, scripts.AcquireShared), []string{k.Lock, k.Fence, k.Queue, k.QData, k.Record + token},
 		[]any{token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters)}}
 }
@@ -153,8 +163,14 @@ type Grant struct {
 	OK    bool  // the lock is ours
 	Fence int64 // our fence, when OK
 	// HolderTTL is the holder's remaining lease in ms when not OK (-1: no
-	// expiry, -3: the token was given up), HolderFence its fence.
+	// expiry, -3: the token was given up), HolderFence its fence. For a
+	// semaphore: the time until the earliest permit's lease ends, and the
+	// fence counter (above every grant before the attempt).
 	HolderTTL, HolderFence int64
+	// Semaphore refusals: Permits is the holders' n when they use another
+	// one; Exclusive, that the name is held as an exclusive lock.
+	Permits   int64
+	Exclusive bool
 }
 
 // ParseGrant reads the acquire script's reply {1, fence} or {0, pttl,
@@ -175,12 +191,22 @@ func ParseGrant(res []any) (Grant, error) {
 	if len(res) > 2 {
 		g.HolderFence, _ = res[2].(int64)
 	}
+	switch n {
+	case -4:
+		return Grant{Permits: g.HolderFence}, nil
+	case -5:
+		return Grant{Exclusive: true}, nil
+	}
 	return g, nil
 }
 
-// Refresh extends the lease of token's lock to at least ttl; the reply is 1
-// when extended, 0 when the lock is not token's.
+// Refresh extends the lease of token's lock (or permit, for a semaphore
+// token) to at least ttl; the reply is 1 when extended, 0 when it is not
+// token's.
 func Refresh(k Keys, token string, ttl time.Duration) Call {
+	if IsSem(token) {
+		return semRefresh(k, token, ms(ttl))
+	}
 	return Call{pick(token, scripts.Refresh, scripts.RefreshShared), []string{k.Lock}, []any{token, ms(ttl)}}
 }
 
@@ -200,16 +226,23 @@ type ReleaseArgs struct {
 	MinHold time.Duration
 }
 
-// Release lets token's lock go and hands it to the first live waiter. The
-// reply is 1 when released now, 2 when this token was released before (a
-// re-sent release), 0 when the lock is not token's.
+// Release lets token's lock (or permit) go and hands it to the first live
+// waiter. The reply is 1 when released now, 2 when this token was released
+// before (a re-sent release), 0 when the lock is not token's.
 func Release(k Keys, token string, a ReleaseArgs) Call {
+	if IsSem(token) {
+		return semRelease(k, token, a)
+	}
 	return Call{pick(token, scripts.Release, scripts.ReleaseShared), []string{k.Lock, k.Fence, k.Queue, k.QData, k.Record + token},
 		[]any{token, ms(a.Record), flag(a.GiveUp), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime), ms(a.MinHold)}}
 }
 
-// PTTL is the remaining lease of token's lock in ms, -1 when not token's.
+// PTTL is the remaining lease of token's lock (or permit) in ms, -1 when
+// not token's.
 func PTTL(k Keys, token string) Call {
+	if IsSem(token) {
+		return semPTTL(k, token)
+	}
 	return Call{pick(token, scripts.PTTL, scripts.PTTLShared), []string{k.Lock}, []any{token}}
 }
 

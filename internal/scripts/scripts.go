@@ -35,6 +35,17 @@ var (
 	refreshSharedSrc string
 	//go:embed pttl_shared.lua
 	pttlSharedSrc string
+
+	//go:embed sem_common.lua
+	semCommonSrc string
+	//go:embed sem_acquire.lua
+	semAcquireSrc string
+	//go:embed sem_release.lua
+	semReleaseSrc string
+	//go:embed sem_refresh.lua
+	semRefreshSrc string
+	//go:embed sem_pttl.lua
+	semPTTLSrc string
 )
 
 // The scripts. Their contracts (keys, arguments, replies) are at the top of
@@ -50,4 +61,10 @@ var (
 	ReleaseShared = redis.NewScript(commonSrc + releaseSharedSrc)
 	RefreshShared = redis.NewScript(commonSrc + refreshSharedSrc)
 	PTTLShared    = redis.NewScript(commonSrc + pttlSharedSrc)
+
+	// The semaphore's (Permits): their own keys, apart from the lock hash.
+	SemAcquire = redis.NewScript(commonSrc + semCommonSrc + semAcquireSrc)
+	SemRelease = redis.NewScript(commonSrc + semCommonSrc + semReleaseSrc)
+	SemRefresh = redis.NewScript(commonSrc + semCommonSrc + semRefreshSrc)
+	SemPTTL    = redis.NewScript(semPTTLSrc)
 )

@@ -64,7 +64,11 @@ func Check(h History) Verdict {
 	for _, name := range slices.Sorted(maps.Keys(c.byName)) {
 		holds := c.byName[name]
 		slices.SortFunc(holds, func(a, b Hold) int { return cmp.Compare(a.Got, b.Got) })
-		c.overlaps(holds)
+		if c.h.Permits > 0 {
+			c.crowds(holds, c.h.Permits)
+		} else {
+			c.overlaps(holds)
+		}
 		c.fences(holds)
 		c.falseLoss(holds)
 	}
@@ -167,23 +171,29 @@ func (c *checker) overlaps(holds []Hold) {
 // first, overlapping or not, so a fence that went back is found however many
 // holds lie between.
 //
-// The holds are swept in order of Asked, not Got: a hold may learn of its
-// grant long after it asked, and later than holds granted after it (readers
-// let in together, a reply delayed), and checking it against those would
-// call its older fence a regression.
+// The holds before b.Asked are found by binary search, not by a pointer that
+// only moves forward: Asked does not grow with Got (a waiter asks early and
+// gets late), and a pointer moved on by a later asker counted, for an early
+// one, holds that got after it asked. Under one holder at a time that went
+// unseen, since their fences were smaller anyway; with permits, a grant
+// learned late (a paused waiter) has a smaller fence than holds it did not
+// ask after.
 func (c *checker) fences(holds []Hold) {
-	byAsked := slices.Clone(holds)
-	slices.SortStableFunc(byAsked, func(a, b Hold) int { return cmp.Compare(a.Asked, b.Asked) })
-	var top *Hold
-	i := 0
-	for _, b := range byAsked {
-		for ; i < len(holds) && holds[i].Got < b.Asked; i++ { // holds: sorted by Got
-			if top == nil || holds[i].Fence > top.Fence {
-				top = &holds[i]
-			}
+	// best[i] is the hold of the largest fence among holds[:i+1].
+	best := make([]int, len(holds))
+	for i := range holds {
+		best[i] = i
+		if i > 0 && holds[best[i-1]].Fence >= holds[i].Fence {
+			best[i] = best[i-1]
 		}
-		if top != nil && b.Fence <= top.Fence {
-			c.violate("fence did not grow: %s after %s", c.who(b), c.who(*top))
+	}
+	for _, b := range holds { // sorted by Got
+		n, _ := slices.BinarySearchFunc(holds, b.Asked, func(h Hold, t int64) int { return cmp.Compare(h.Got, t) })
+		if n == 0 {
+			continue
+		}
+		if top := holds[best[n-1]]; b.Fence <= top.Fence {
+			c.violate("fence did not grow: %s after %s", c.who(b), c.who(top))
 		}
 	}
 }

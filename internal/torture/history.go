@@ -159,6 +159,7 @@ type History struct {
 	// stop; Stop: the last one has.
 	Start, Stopping, Stop int64
 	TTL                   time.Duration
+	Permits               int // Scenario.Permits: holders a name admits at once; 0 for one
 	Holds                 []Hold
 	Attempts              []Attempt
 	Faults                []Fault

@@ -169,14 +169,19 @@ func (h *naiveHold) Release(ctx context.Context) error {
 func (n *naive) Close(context.Context) error { return nil }
 
 // newLocker makes the locker of kind over rdb.
-func newLocker(kind string, rdb redis.UniversalClient, owner, prefix string, ttl, wait time.Duration, replicas int) (locker, error) {
+func newLocker(kind string, rdb redis.UniversalClient, owner, prefix string, ttl, wait time.Duration, replicas, permits int) (locker, error) {
 	switch kind {
 	case LockDlock, LockNoFence:
 		opts := []dlock.AcquireOption{dlock.WithTTL(ttl), dlock.WithWait(wait)}
 		if replicas > 0 {
 			opts = append(opts, dlock.WithReplicas(replicas, ttl/4))
 		}
+		if permits > 0 {
+			opts = append(opts, dlock.Permits(permits))
+		}
 		return dlockLocker{c: dlock.MustNew(rdb, dlock.WithOwner(owner), dlock.WithPrefix(prefix)), opts: opts}, nil
+	case LockSemRacy:
+		return &semRacy{rdb: rdb, prefix: prefix, n: max(permits, 1), ttl: ttl, wait: wait}, nil
 	case LockSetnxExpire, LockPlainDel, LockGetThenDel, LockNoRenewal:
 		return &naive{rdb: rdb, prefix: prefix, kind: kind, ttl: ttl, wait: wait}, nil
 	}

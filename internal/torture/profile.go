@@ -60,6 +60,7 @@ func profile(d time.Duration) []Scenario {
 		scenario("restart-empty", d, FaultRestartEmpty),
 		scenario("evict", d, FaultEvict),
 		mixed,
+		semaphoreScenario(d),
 	}
 }
 
@@ -80,4 +81,14 @@ func ClientScenarios(d time.Duration) []Scenario {
 		}
 	}
 	return out
+}
+
+// semaphoreScenario: 8 workers on one name of 3 permits (dlock.Permits),
+// with kills, pauses and resets after the permit scripts (re-sent
+// acquires and releases); Check allows no more than 3 holders at once.
+// Critical sections of up to 30 ms keep several permits held together.
+func semaphoreScenario(d time.Duration) Scenario {
+	sc := scenario("semaphore", max(d, 8*time.Second), FaultKill, FaultPause)
+	sc.Names, sc.Permits, sc.Work, sc.Reset = 1, 3, 30*time.Millisecond, 0.02
+	return sc
 }

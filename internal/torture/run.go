@@ -48,6 +48,10 @@ type Scenario struct {
 	// "cluster"; Replicas asks dlock for WithReplicas.
 	Topology string
 	Replicas int
+	// Permits makes every acquisition take one of Permits permits
+	// (dlock.Permits): Check then allows up to that many holders of a name
+	// at once, and the workers skip the fenced register, which admits one.
+	Permits int
 }
 
 // Target is a Redis the user names, for `dlock torture`.
@@ -90,7 +94,7 @@ func Run(ctx context.Context, env Env, sc Scenario) (History, error) {
 	if err := r.start(ctx); err != nil {
 		return History{}, err
 	}
-	r.h.Start, r.h.TTL = Now(), sc.TTL
+	r.h.Start, r.h.TTL, r.h.Permits = Now(), sc.TTL, sc.Permits
 	for i := range sc.Workers {
 		if err := r.spawn(i); err != nil {
 			return History{}, err
@@ -214,6 +218,7 @@ func (r *run) spawn(slot int) error {
 		ID: id, Lock: r.sc.Lock, ResAddr: r.res.Options().Addr,
 		Prefix: r.env.Prefix, Names: names, TTL: r.sc.TTL, Wait: 4 * r.sc.TTL, ReadTimeout: r.readTimeout(),
 		Work: cmp.Or(r.sc.Work, 3*time.Millisecond), Long: r.sc.Long, Reset: r.sc.Reset, Replicas: r.sc.Replicas, Seed: r.env.Seed,
+		Permits: r.sc.Permits,
 	}
 	if r.sc.Topology != "" {
 		r.topologyWorker(&cfg)

@@ -48,6 +48,7 @@ type workerConfig struct {
 	// after the command was written (Redis runs it, the reply is lost).
 	Reset    float64 `json:"reset,omitempty"`
 	Replicas int     `json:"replicas,omitempty"`
+	Permits  int     `json:"permits,omitempty"`
 	Seed     uint64  `json:"seed"`
 	// ClusterReload is the cluster client's ClusterStateReloadInterval: it
 	// reloads its slot map only on MOVED/ASK or that often (60 s by default),
@@ -141,7 +142,7 @@ func runWorker(ctx context.Context, cfg workerConfig, out *bufio.Writer) error {
 	res := redis.NewClient(&redis.Options{Addr: cfg.ResAddr})
 	defer res.Close()
 	resource := NewResource(res, cfg.Prefix+"res:")
-	lk, err := newLocker(cfg.Lock, rdb, fmt.Sprintf("w%d", cfg.ID), cfg.Prefix, cfg.TTL, cfg.Wait, cfg.Replicas)
+	lk, err := newLocker(cfg.Lock, rdb, fmt.Sprintf("w%d", cfg.ID), cfg.Prefix, cfg.TTL, cfg.Wait, cfg.Replicas, cfg.Permits)
 	if err != nil {
 		return err
 	}
@@ -196,8 +197,12 @@ func (w *worker) hold(h *Hold, l held, res *Resource) {
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	// The register admits one holder: holders of permits, several at once
+	// by right, leave it alone, and Check counts them instead.
 	var v int64
-	v, h.Read = res.Read(rctx, h.Worker, h.Name, fence)
+	if w.cfg.Permits == 0 {
+		v, h.Read = res.Read(rctx, h.Worker, h.Name, fence)
+	}
 	work := time.Duration(w.intN(int64(w.cfg.Work) + 1))
 	if w.chance(w.cfg.Long) {
 		work = w.cfg.TTL + time.Duration(w.intN(int64(w.cfg.TTL/2)))
@@ -248,6 +253,9 @@ var resetAfter = []struct {
 	{[]byte(scripts.Release.Hash()), "release"},
 	{[]byte(scripts.Refresh.Hash()), "refresh"},
 	{[]byte(scripts.Acquire.Hash()), "acquire"},
+	{[]byte(scripts.SemRelease.Hash()), "release"},
+	{[]byte(scripts.SemRefresh.Hash()), "refresh"},
+	{[]byte(scripts.SemAcquire.Hash()), "acquire"},
 }
 
 func (c *resetConn) Write(b []byte) (int, error) {

@@ -1,0 +1,68 @@
+package node
+
+import (
+	"strings"
+
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// SemPrefix starts the token of every semaphore permit. Lock tokens are
+// hex, so the prefix alone tells Acquire, Refresh, Release and PTTL which
+// scripts and keys a token's calls take, and the client machinery (waiting,
+// renewal, lease deadline, give-back) stays one for both kinds.
+const SemPrefix = "S"
+
+// IsSem reports whether token is a semaphore permit's.
+func IsSem(token string) bool { return strings.HasPrefix(token, SemPrefix) }
+
+// SemKeys are the semaphore's own keys under the name's hash tag, apart from
+// the exclusive lock's hash. They are built on the semaphore's calls only,
+// so KeysOf, on every exclusive acquisition, costs nothing more.
+type SemKeys struct {
+	Permits string // zset: permit token -> end of its lease (server ms)
+	Data    string // hash: "n" -> agreed n; token -> "fence|since|ttl|owner"
+	Queue   string // zset of waiter tokens by arrival
+	QData   string // hash of waiter token -> "client|ttl|alive until|n|owner"
+}
+
+// Key suffixes of a semaphore after the lock's own key.
+const (
+	sufSem      = ":sem"
+	sufSemData  = ":sem:d"
+	sufSemQueue = ":sem:q"
+	sufSemQData = ":sem:qd"
+)
+
+// Sem returns the semaphore keys of k's name.
+func (k Keys) Sem() SemKeys {
+	return SemKeys{Permits: k.Lock + sufSem, Data: k.Lock + sufSemData, Queue: k.Lock + sufSemQueue, QData: k.Lock + sufSemQData}
+}
+
+// IsSemKey reports whether key, under the hash tag, is a name's permits
+// zset, and returns the name's lock key.
+func IsSemKey(key string) (lock string, ok bool) {
+	lock, ok = strings.CutSuffix(key, sufSem)
+	return lock, ok && strings.HasSuffix(lock, "}")
+}
+
+func semAcquire(k Keys, token string, a AcquireArgs) Call {
+	s := k.Sem()
+	return Call{scripts.SemAcquire, []string{s.Permits, s.Data, k.Fence, s.Queue, s.QData, k.Record + token, k.Lock},
+		[]any{token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime),
+			a.Permits, k.Handoff, flag(a.Sharded)}}
+}
+
+func semRefresh(k Keys, token string, ttl int64) Call {
+	s := k.Sem()
+	return Call{scripts.SemRefresh, []string{s.Permits, s.Data}, []any{token, ttl}}
+}
+
+func semRelease(k Keys, token string, a ReleaseArgs) Call {
+	s := k.Sem()
+	return Call{scripts.SemRelease, []string{s.Permits, s.Data, k.Fence, s.Queue, s.QData, k.Record + token},
+		[]any{token, ms(a.Record), flag(a.GiveUp), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime)}}
+}
+
+func semPTTL(k Keys, token string) Call {
+	return Call{scripts.SemPTTL, []string{k.Sem().Permits}, []any{token}}
+}
