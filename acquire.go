@@ -28,7 +28,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 		r := c.attempt(ctx, name, c.keys(name), ac, ac.newToken(), false)
 		l, err = c.afterClose(ctx, name, r.lock, r.err)
 	}
-	return c.acquired(ctx, name, start, l, err, ac.reentrant)
+	return c.acquired(ctx, name, start, l, err, ac)
 }
 
 // Acquire takes the lock name, waiting while another holder has it: until
@@ -56,19 +56,19 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 		l, err = c.acquire(ctx, name, ac)
 		l, err = c.afterClose(ctx, name, l, err)
 	}
-	return c.acquired(ctx, name, start, l, err, ac.reentrant)
+	return c.acquired(ctx, name, start, l, err, ac)
 }
 
 // acquired reports an acquisition to the observers and returns its result,
 // with a nil Lock (not a nil *redisLock in a Lock) on error; a lock taken
 // WithReentry as the first handle of its re-entry.
-func (c *Client) acquired(ctx context.Context, name string, start time.Time, l *redisLock, err error, reentrant bool) (Lock, error) {
+func (c *Client) acquired(ctx context.Context, name string, start time.Time, l *redisLock, err error, ac acquireConfig) (Lock, error) {
 	c.cfg.observers.acquire(ctx, name, start, l, err)
 	switch {
 	case err != nil:
 		return nil, err
-	case reentrant:
-		return Reentrant(l), nil
+	case ac.reentrant:
+		return Reentrant(l, AcquireSettings{Shared: ac.shared, Permits: ac.permits}), nil
 	}
 	return l, nil
 }
@@ -118,7 +118,7 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 		return ac, nil, opError("acquire", name, err)
 	}
 	if ac.reentrant {
-		nested, err = Reenter(ctx, name, c.owns)
+		nested, err = Reenter(ctx, name, AcquireSettings{Shared: ac.shared, Permits: ac.permits}, c.owns)
 		return ac, nested, err
 	}
 	return ac, nil, CheckReentry(ctx, name, c.owns)

@@ -116,6 +116,13 @@ func checkNames(names []string, opts []AcquireOption) ([]string, time.Duration, 
 	if ac.wait < 0 {
 		return nil, 0, opError("acquire", strings.Join(sorted, ","), fmt.Errorf("%w: wait %v is negative", ErrInvalidOption, ac.wait))
 	}
+	if ac.minHold > 0 && len(sorted) > 1 {
+		// A rollback releases what was taken, and a release before the min
+		// hold keeps the name: one busy name would block the others for the
+		// whole min hold though no work ran under them.
+		return nil, 0, opError("acquire", strings.Join(sorted, ","), fmt.Errorf(
+			"%w: WithMinHold(%v) with several names: a rollback would keep the names taken for the min hold", ErrInvalidOption, ac.minHold))
+	}
 	return sorted, ac.wait, nil
 }
 

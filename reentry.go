@@ -20,6 +20,10 @@ import (
 // and every nested acquisition since. It is released with the last handle.
 type reentry struct {
 	lock Lock
+	// The kind it was taken as: a nested acquisition must not get more
+	// than that (a write handle on a read lock, a lock on a permit).
+	shared  bool
+	permits int
 
 	mu   sync.Mutex
 	open int  // handles not released yet
@@ -35,26 +39,28 @@ type reentrantLock struct {
 	released atomic.Bool
 }
 
-// Reentrant makes l, just acquired with WithReentry, the first handle of a
-// re-entrant lock, for Lockers outside this package: a nested acquisition
-// finds it in the context (Reenter) and shares it, and l is released when
-// the last handle is. A nil l stays nil.
-func Reentrant(l Lock) Lock {
+// Reentrant makes l, just acquired with WithReentry and the settings s,
+// the first handle of a re-entrant lock, for Lockers outside this package:
+// a nested acquisition finds it in the context (Reenter) and shares it, and
+// l is released when the last handle is. A nil l stays nil.
+func Reentrant(l Lock, s AcquireSettings) Lock {
 	if l == nil {
 		return nil
 	}
-	r := &reentry{lock: l}
+	r := &reentry{lock: l, shared: s.Shared, permits: s.Permits}
 	return r.handle()
 }
 
-// Reenter is how an acquisition with WithReentry looks for a lock its
-// context holds, for Lockers outside this package (mine as for
-// CheckReentry). It returns a new handle on the held lock when ctx holds
-// name through one of the Locker's locks taken with WithReentry; an error
-// matching ErrReentrant when ctx holds it through one taken without; and
-// nil, nil when ctx does not hold name: then the caller acquires it, and
-// wraps the lock with Reentrant.
-func Reenter(ctx context.Context, name string, mine func(Lock) bool) (Lock, error) {
+// Reenter is how an acquisition with WithReentry and the settings s looks
+// for a lock its context holds, for Lockers outside this package (mine as
+// for CheckReentry). It returns a new handle on the held lock when ctx holds
+// name through one of the Locker's locks taken with WithReentry, of a kind
+// that covers s; an error matching ErrReentrant when ctx holds it through
+// one taken without WithReentry, or of a kind that does not cover s (a
+// write under a read lock, a lock under a permit, another number of
+// permits); and nil, nil when ctx does not hold name: then the caller
+// acquires it, and wraps the lock with Reentrant.
+func Reenter(ctx context.Context, name string, s AcquireSettings, mine func(Lock) bool) (Lock, error) {
 	for c, _ := ctx.Value(lockKey{}).(*ctxLock); c != nil; c = c.outer {
 		for _, m := range members(c.l) { // a MultiLock holds each of its names
 			h, shared := m.(*reentrantLock)
@@ -69,12 +75,28 @@ func Reenter(ctx context.Context, name string, mine func(Lock) bool) (Lock, erro
 				return nil, reentrant(name, inner,
 					"it was taken without WithReentry, and re-entry needs the consent of both acquisitions")
 			}
+			if why := h.r.covers(s); why != "" {
+				return nil, reentrant(name, inner, why)
+			}
 			if nested := h.r.handle(); nested != nil {
 				return nested, nil
 			}
 		}
 	}
 	return nil, nil
+}
+
+// covers says why a nested acquisition with s cannot share r, or "" when it
+// can: a read may share a write lock (the writer excludes everyone), but a
+// write may not share a read lock, and a permit is neither.
+func (r *reentry) covers(s AcquireSettings) string {
+	switch {
+	case r.permits != s.Permits:
+		return fmt.Sprintf("it holds Permits(%d) and this acquisition asks Permits(%d); re-entry shares only the same kind", r.permits, s.Permits)
+	case r.shared && !s.Shared:
+		return "it holds a read lock (Shared), and a nested write acquisition would write beside other readers"
+	}
+	return ""
 }
 
 // reentrant is the error of an acquisition of a name the caller holds.

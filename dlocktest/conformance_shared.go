@@ -23,6 +23,7 @@ func (s *suite) sharedTests() []conformanceTest {
 		{"WriterExcludesShared", s.writerExcludesShared},
 		{"SharedWaitingWriterFirst", s.sharedWaitingWriterFirst},
 		{"SharedLoss", s.sharedLoss},
+		{"SharedReentryKeepsKind", s.sharedReentryKeepsKind},
 	}
 }
 
@@ -160,4 +161,32 @@ func (s *suite) sharedLoss(t *testing.T) {
 		t.Fatalf("fence %d after the lost readers' %d", next.Fence(), b.Fence())
 	}
 	s.release(t, next)
+}
+
+// sharedReentryKeepsKind checks that WithReentry never turns a read lock
+// into a write lock: a nested exclusive acquisition under a read lock the
+// context holds is refused (the caller would believe it writes alone while
+// other readers read), and a nested read under a write lock shares it (the
+// writer already excludes everyone).
+func (s *suite) sharedReentryKeepsKind(t *testing.T) {
+	l, name, ctx := s.h.New(t), s.name(t), context.Background()
+	re := dlock.WithReentry()
+	r := s.try(t, l, name, dlock.Shared(), re)
+	w, err := l.TryAcquire(r.Context(), name, re, dlock.WithTTL(s.ttl))
+	if w != nil {
+		s.release(t, w)
+		t.Fatalf("a nested exclusive WithReentry under a read lock got a handle: a writer beside readers")
+	}
+	isOpError(t, err, dlock.ErrReentrant, "acquire", name)
+	s.release(t, r)
+
+	x := s.try(t, l, name, re)
+	in, err := l.TryAcquire(x.Context(), name, re, dlock.Shared(), dlock.WithTTL(s.ttl))
+	if err != nil {
+		t.Fatalf("a nested read WithReentry under the write lock: %v", err)
+	}
+	s.release(t, in)
+	live(t, x, "the write lock after a nested read")
+	s.release(t, x)
+	_ = ctx
 }

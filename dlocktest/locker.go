@@ -147,7 +147,7 @@ func (l *Locker) acquire(ctx context.Context, name string, opts []dlock.AcquireO
 			break
 		}
 		var nested dlock.Lock
-		if nested, err = dlock.Reenter(ctx, name, l.owns); nested != nil {
+		if nested, err = dlock.Reenter(ctx, name, s, l.owns); nested != nil {
 			return nested, nil
 		}
 	default:
@@ -158,7 +158,7 @@ func (l *Locker) acquire(ctx context.Context, name string, opts []dlock.AcquireO
 	}
 	lk, err := l.take(ctx, name, s, wait)
 	if err == nil && s.Reentrant {
-		return dlock.Reentrant(lk), nil
+		return dlock.Reentrant(lk, s), nil
 	}
 	return lk, err
 }

@@ -24,7 +24,7 @@ const semPrefix = "S"
 // tryPermit takes a permit of name if one is free, or returns the entry to
 // wait in, or a mismatch. l.mu must be held.
 func (l *Locker) tryPermit(ctx context.Context, name string, s dlock.AcquireSettings) (*entry, *lock, error) {
-	if x := l.names[name]; x != nil && x.held() {
+	if x := l.names[name]; x != nil && (x.held() || !x.kept.IsZero()) { // kept for a min hold: the key is still there
 		return nil, nil, opError("acquire", name, fmt.Errorf("%w: Permits(%d) asked, but the name is held as an exclusive lock", dlock.ErrMismatch, s.Permits))
 	}
 	e := l.sems[name]

@@ -100,7 +100,7 @@ func (r *Redlock) acquired(ctx context.Context, name string, start time.Time, l 
 	case err != nil:
 		return nil, err
 	case reentrant:
-		return dlock.Reentrant(l), nil
+		return dlock.Reentrant(l, dlock.AcquireSettings{}), nil // redlock takes only exclusive locks
 	}
 	return l, nil
 }
@@ -143,7 +143,7 @@ func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.Acquir
 		return s, nil, opError("acquire", name, err)
 	}
 	if s.Reentrant {
-		nested, err := dlock.Reenter(ctx, name, r.owns)
+		nested, err := dlock.Reenter(ctx, name, s, r.owns)
 		return s, nested, err
 	}
 	return s, nil, dlock.CheckReentry(ctx, name, r.owns)
