@@ -216,7 +216,10 @@ func WithMaxHold(d time.Duration) AcquireOption {
 // ends only the handle (and its context, with cause ErrReleased). The lock is
 // released when the last of its handles, the first acquisition included, is
 // released, in whatever order. Other options of a nested acquisition are
-// ignored: the lock is already held on the outer acquisition's terms.
+// ignored: the lock is already held on the outer acquisition's terms; but
+// its kind must be covered: a read (Shared) may share a write lock, while a
+// write under a read lock, a lock under a permit (Permits) or another
+// number of permits is refused with ErrReentrant.
 //
 // A name held through a lock taken without WithReentry is refused with
 // ErrReentrant, as every acquisition without WithReentry is: both the outer
