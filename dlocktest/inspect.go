@@ -2,6 +2,7 @@ package dlocktest
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/dlock-go/dlock"
 )
@@ -10,7 +11,9 @@ import (
 // (*dlock.Client).Inspect does: the holder's owner (dlock.WithAcquireOwner's
 // text, "dlocktest" without it), token, fence, since when it holds the lock
 // and what is left of its lease, on the Locker's clock, and how many wait for
-// it. Key is empty: there is no Redis. A free name gives an *dlock.Error of
+// it; the kind, a read lock's readers and a semaphore's permits, and a name
+// kept for its min hold (token "min-hold"), as the Client shows them. Key
+// and Queue are empty: there is no Redis. A free name gives an *dlock.Error of
 // Op "inspect" matching dlock.ErrNotHeld; so does a name a ForceUnlock gave
 // to nobody.
 func (l *Locker) Inspect(ctx context.Context, name string) (dlock.LockInfo, error) {
@@ -19,11 +22,45 @@ func (l *Locker) Inspect(ctx context.Context, name string) (dlock.LockInfo, erro
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := l.names[name]
-	if e == nil || e.holder == nil {
-		return dlock.LockInfo{}, opError("inspect", name, dlock.ErrNotHeld)
+	now := l.clock.Now()
+	if e := l.sems[name]; e != nil && len(e.sem) > 0 {
+		i := dlock.LockInfo{Name: name, Kind: dlock.KindSemaphore, Permits: e.permits, Waiters: int64(len(e.waiters)),
+			TTL: l.busyTTL(e)}
+		for _, p := range e.sem {
+			i.Holders = append(i.Holders, dlock.PermitInfo{Owner: p.owner, Token: p.token, Fence: p.fence, Since: p.since,
+				Lease: p.ttl, TTL: p.leaseLeft(now)})
+			i.Fence = max(i.Fence, p.fence)
+			if i.Since.IsZero() || p.since.Before(i.Since) {
+				i.Since = p.since
+			}
+		}
+		i.Owner = fmt.Sprintf("%d/%d permits", len(i.Holders), i.Permits)
+		return i, nil
 	}
-	h := e.holder
-	return dlock.LockInfo{Name: name, Owner: h.owner, Token: h.token, Fence: h.fence, Since: h.since,
-		Lease: h.ttl, TTL: h.leaseLeft(l.clock.Now()), Waiters: int64(len(e.waiters))}, nil
+	e := l.names[name]
+	switch {
+	case e == nil:
+	case e.holder != nil:
+		h := e.holder
+		return dlock.LockInfo{Name: name, Kind: dlock.KindExclusive, Owner: h.owner, Token: h.token, Fence: h.fence,
+			Since: h.since, Lease: h.ttl, TTL: h.leaseLeft(now), Waiters: int64(len(e.waiters))}, nil
+	case len(e.readers) > 0:
+		i := dlock.LockInfo{Name: name, Kind: dlock.KindShared, Token: "*readers", TTL: e.leaseLeft(now),
+			Waiters: int64(len(e.waiters))}
+		for _, r := range e.holders() {
+			i.Readers = append(i.Readers, dlock.ReaderInfo{Owner: r.owner, Token: r.token, Fence: r.fence, Since: r.since,
+				Lease: r.ttl, TTL: r.leaseLeft(now)})
+			i.Fence = max(i.Fence, r.fence)
+			if i.Since.IsZero() || r.since.Before(i.Since) {
+				i.Since = r.since
+			}
+		}
+		return i, nil
+	case !e.kept.IsZero():
+		// Released before its min hold: held by nobody until kept, as
+		// the Client's key with the token "min-hold".
+		return dlock.LockInfo{Name: name, Kind: dlock.KindExclusive, Token: "min-hold", TTL: e.kept.Sub(now),
+			Waiters: int64(len(e.waiters))}, nil
+	}
+	return dlock.LockInfo{}, opError("inspect", name, dlock.ErrNotHeld)
 }

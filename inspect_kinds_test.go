@@ -1,0 +1,57 @@
+package dlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+)
+
+// The double's Inspect tells each kind as the Client's does: the kind, the
+// readers of a read lock, the permits of a semaphore, and a name kept for
+// its min hold as held.
+func TestInspectKindsDoubleAsClient(t *testing.T) {
+	c, _, _ := setup(t)
+	d := dlocktest.MustNew()
+	for _, tc := range []struct {
+		name          string
+		opts          []dlock.AcquireOption
+		kind          string
+		readers, held int
+	}{
+		{"ik:x", nil, dlock.KindExclusive, 0, 0},
+		{"ik:r", []dlock.AcquireOption{dlock.Shared()}, dlock.KindShared, 1, 0},
+		{"ik:s", []dlock.AcquireOption{dlock.Permits(2)}, dlock.KindSemaphore, 0, 1},
+	} {
+		for _, l := range []interface {
+			dlock.Locker
+			Inspect(ctx context.Context, name string) (dlock.LockInfo, error)
+		}{c, d} {
+			lk, err := l.TryAcquire(bg, tc.name, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			i, err := l.Inspect(bg, tc.name)
+			if err != nil || i.Kind != tc.kind || len(i.Readers) != tc.readers || len(i.Holders) != tc.held || i.TTL <= 0 {
+				t.Errorf("%T: Inspect(%s) = kind %q, %d readers, %d permits, TTL %v, %v; want %q, %d, %d, a lease",
+					l, tc.name, i.Kind, len(i.Readers), len(i.Holders), i.TTL, err, tc.kind, tc.readers, tc.held)
+			}
+			_ = lk.Release(bg)
+		}
+	}
+	for _, l := range []interface {
+		dlock.Locker
+		Inspect(ctx context.Context, name string) (dlock.LockInfo, error)
+	}{c, d} {
+		lk, err := l.TryAcquire(bg, "ik:kept", dlock.WithMinHold(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = lk.Release(bg)
+		if i, err := l.Inspect(bg, "ik:kept"); err != nil || i.Token != "min-hold" || i.TTL <= 0 {
+			t.Errorf("%T: Inspect of a name kept for its min hold = token %q, TTL %v, %v; want token min-hold, a lease", l, i.Token, i.TTL, err)
+		}
+	}
+}
