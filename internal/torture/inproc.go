@@ -50,6 +50,14 @@ type InProcessOptions struct {
 	// overlapping.
 	WritesShared bool
 
+	// Sets: every acquisition takes 2–3 of the names at once with
+	// dlock.AcquireAll, given in a random order, and each name is recorded
+	// as a hold of its own. Give Names ≥ 3 so that sets overlap partly.
+	Sets bool
+	// SetsSkipOne breaks the sets on purpose: the last name given is
+	// recorded as held but never taken. Check must find two holders.
+	SetsSkipOne bool
+
 	// Prefix is put before every key, in both Redis servers (default
 	// "torture:<seed>:<time>:"). It must not contain '{' or '}'.
 	Prefix string
@@ -240,6 +248,10 @@ func (r *inproc) worker(ctx context.Context, i int, c *dlock.Client, rdb *redis.
 	rng := rand.New(rand.NewPCG(r.seed, uint64(i)<<8|3))
 	seq := 0
 	for ctx.Err() == nil && time.Now().Before(stopAt) {
+		if r.opts.Sets && c != nil {
+			r.setStep(ctx, i, c, rng, &seq)
+			continue
+		}
 		name := r.names[rng.IntN(len(r.names))]
 		work := r.work(rng)
 		asked := Now()
