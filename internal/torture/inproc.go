@@ -57,6 +57,10 @@ type InProcessOptions struct {
 	// SetsSkipOne breaks the sets on purpose: the last name given is
 	// recorded as held but never taken. Check must find two holders.
 	SetsSkipOne bool
+	// SetsGivenOrder takes each set name by name in the order given, not
+	// in AcquireAll's canonical order: sets deadlock until their waits run
+	// out.
+	SetsGivenOrder bool
 
 	// Prefix is put before every key, in both Redis servers (default
 	// "torture:<seed>:<time>:"). It must not contain '{' or '}'.

@@ -20,7 +20,8 @@ import (
 // loss: the checker judges each name as it judges single locks.
 //
 // With opts.SetsSkipOne the set is broken on purpose: the last name given
-// is recorded as held but never taken.
+// is recorded as held but never taken. With opts.SetsGivenOrder it is taken
+// name by name in the order given (see givenOrder).
 func (r *inproc) setStep(ctx context.Context, i int, c *dlock.Client, rng *rand.Rand, seq *int) {
 	perm := rng.Perm(len(r.names))
 	names := make([]string, 0, 3)
@@ -33,7 +34,16 @@ func (r *inproc) setStep(ctx context.Context, i int, c *dlock.Client, rng *rand.
 		take = names[:len(names)-1]
 	}
 	asked := Now()
-	m, err := dlock.AcquireAll(ctx, c, take, dlock.WithTTL(r.opts.TTL), dlock.WithWait(r.opts.Wait))
+	var locks []dlock.Lock
+	var err error
+	if r.opts.SetsGivenOrder {
+		locks, err = givenOrder(ctx, c, take, r.opts.TTL, r.opts.Wait)
+	} else {
+		var m *dlock.MultiLock
+		if m, err = dlock.AcquireAll(ctx, c, take, dlock.WithTTL(r.opts.TTL), dlock.WithWait(r.opts.Wait)); err == nil {
+			locks = m.Locks()
+		}
+	}
 	if err != nil {
 		// The name that failed, as AcquireAll's *Error names it.
 		name := strings.Join(take, ",")
@@ -61,7 +71,7 @@ func (r *inproc) setStep(ctx context.Context, i int, c *dlock.Client, rng *rand.
 		stop  func() bool
 	}
 	byName := map[string]dlock.Lock{}
-	for _, l := range m.Locks() {
+	for _, l := range locks {
 		byName[l.Name()] = l
 	}
 	var done bool
@@ -134,4 +144,23 @@ func (r *inproc) setStep(ctx context.Context, i int, c *dlock.Client, rng *rand.
 		}
 		r.rec.hold(x.h)
 	}
+}
+
+// givenOrder is AcquireAll without its canonical order: each name in the
+// order given, each with the whole wait, the names taken released on a
+// failure. Two sets that share two names in opposite orders wait for each
+// other until one's wait runs out.
+func givenOrder(ctx context.Context, c *dlock.Client, names []string, ttl, wait time.Duration) ([]dlock.Lock, error) {
+	var locks []dlock.Lock
+	for _, name := range names {
+		l, err := c.Acquire(ctx, name, dlock.WithTTL(ttl), dlock.WithWait(wait))
+		if err != nil {
+			for _, l := range locks {
+				_ = l.Release(context.WithoutCancel(ctx))
+			}
+			return nil, err
+		}
+		locks = append(locks, l)
+	}
+	return locks, nil
 }
