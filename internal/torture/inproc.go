@@ -62,6 +62,13 @@ type InProcessOptions struct {
 	// out.
 	SetsGivenOrder bool
 
+	// MinHold: every acquisition asks for dlock.WithMinHold(MinHold), and
+	// the history says so for Check.
+	MinHold time.Duration
+	// MinHoldUnasked breaks it on purpose: the history says MinHold, the
+	// acquisitions do not ask for it. Check must find holders let in early.
+	MinHoldUnasked bool
+
 	// Prefix is put before every key, in both Redis servers (default
 	// "torture:<seed>:<time>:"). It must not contain '{' or '}'.
 	Prefix string
@@ -145,7 +152,7 @@ func RunInProcess(ctx context.Context, addr, resAddr string, seed uint64, d time
 		return History{}, fmt.Errorf("torture: the lock's Redis at %s: %w", addr, err)
 	}
 
-	h := History{TTL: opts.TTL, Start: Now()}
+	h := History{TTL: opts.TTL, MinHold: opts.MinHold, Start: Now()}
 	stopAt := time.Now().Add(d)
 	var wg sync.WaitGroup
 	clients := make([]*dlock.Client, opts.Workers)
@@ -269,6 +276,9 @@ func (r *inproc) worker(ctx context.Context, i int, c *dlock.Client, rdb *redis.
 			opts := []dlock.AcquireOption{dlock.WithTTL(r.opts.TTL), dlock.WithWait(r.opts.Wait)}
 			if shared || r.opts.WritesShared {
 				opts = append(opts, dlock.Shared())
+			}
+			if r.opts.MinHold > 0 && !r.opts.MinHoldUnasked {
+				opts = append(opts, dlock.WithMinHold(r.opts.MinHold))
 			}
 			var dl dlock.Lock
 			if dl, err = c.Acquire(ctx, name, opts...); err == nil {
