@@ -71,6 +71,9 @@ func Check(h History) Verdict {
 		}
 		c.fences(holds)
 		c.falseLoss(holds)
+		if c.h.MinHold > 0 {
+			c.minHolds(holds)
+		}
 	}
 	c.chain()
 	c.kills()

@@ -160,8 +160,11 @@ type History struct {
 	Start, Stopping, Stop int64
 	TTL                   time.Duration
 	Permits               int // Scenario.Permits: holders a name admits at once; 0 for one
-	Holds                 []Hold
-	Attempts              []Attempt
-	Faults                []Fault
-	Accesses              []Access
+	// MinHold: every acquisition asked for dlock.WithMinHold(MinHold);
+	// Check wants no holder of a name in before the previous grant plus it.
+	MinHold  time.Duration
+	Holds    []Hold
+	Attempts []Attempt
+	Faults   []Fault
+	Accesses []Access
 }

@@ -50,6 +50,25 @@ type InProcessOptions struct {
 	// overlapping.
 	WritesShared bool
 
+	// Sets: every acquisition takes 2–3 of the names at once with
+	// dlock.AcquireAll, given in a random order, and each name is recorded
+	// as a hold of its own. Give Names ≥ 3 so that sets overlap partly.
+	Sets bool
+	// SetsSkipOne breaks the sets on purpose: the last name given is
+	// recorded as held but never taken. Check must find two holders.
+	SetsSkipOne bool
+	// SetsGivenOrder takes each set name by name in the order given, not
+	// in AcquireAll's canonical order: sets deadlock until their waits run
+	// out.
+	SetsGivenOrder bool
+
+	// MinHold: every acquisition asks for dlock.WithMinHold(MinHold), and
+	// the history says so for Check.
+	MinHold time.Duration
+	// MinHoldUnasked breaks it on purpose: the history says MinHold, the
+	// acquisitions do not ask for it. Check must find holders let in early.
+	MinHoldUnasked bool
+
 	// Prefix is put before every key, in both Redis servers (default
 	// "torture:<seed>:<time>:"). It must not contain '{' or '}'.
 	Prefix string
@@ -133,7 +152,7 @@ func RunInProcess(ctx context.Context, addr, resAddr string, seed uint64, d time
 		return History{}, fmt.Errorf("torture: the lock's Redis at %s: %w", addr, err)
 	}
 
-	h := History{TTL: opts.TTL, Start: Now()}
+	h := History{TTL: opts.TTL, MinHold: opts.MinHold, Start: Now()}
 	stopAt := time.Now().Add(d)
 	var wg sync.WaitGroup
 	clients := make([]*dlock.Client, opts.Workers)
@@ -240,6 +259,10 @@ func (r *inproc) worker(ctx context.Context, i int, c *dlock.Client, rdb *redis.
 	rng := rand.New(rand.NewPCG(r.seed, uint64(i)<<8|3))
 	seq := 0
 	for ctx.Err() == nil && time.Now().Before(stopAt) {
+		if r.opts.Sets && c != nil {
+			r.setStep(ctx, i, c, rng, &seq)
+			continue
+		}
 		name := r.names[rng.IntN(len(r.names))]
 		work := r.work(rng)
 		asked := Now()
@@ -253,6 +276,9 @@ func (r *inproc) worker(ctx context.Context, i int, c *dlock.Client, rdb *redis.
 			opts := []dlock.AcquireOption{dlock.WithTTL(r.opts.TTL), dlock.WithWait(r.opts.Wait)}
 			if shared || r.opts.WritesShared {
 				opts = append(opts, dlock.Shared())
+			}
+			if r.opts.MinHold > 0 && !r.opts.MinHoldUnasked {
+				opts = append(opts, dlock.WithMinHold(r.opts.MinHold))
 			}
 			var dl dlock.Lock
 			if dl, err = c.Acquire(ctx, name, opts...); err == nil {
