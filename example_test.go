@@ -281,3 +281,32 @@ func ExampleShared() {
 	// writer while they read: true
 	// writer once they left: true fence above the readers': true
 }
+
+// holdLog prints hold warnings: in a service, dlockprom counts them and
+// WithLogger logs them at Warn.
+type holdLog struct{ dlock.BaseObserver }
+
+func (holdLog) OnHoldWarning(e dlock.HoldWarningEvent) {
+	fmt.Printf("%s held past %v (TTL %v)\n", e.Name, e.Threshold, e.TTL)
+}
+
+// A job that runs past what its TTL was sized for is reported once: here
+// at its release, as the lock is not renewed; a renewed lock is reported by
+// the first renewal past the threshold, while it still runs.
+func ExampleWithHoldWarning() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.MustNew(rdb, dlock.WithObserver(holdLog{}))
+	defer locker.Close(ctx)
+
+	l, err := locker.Acquire(ctx, "report:daily", dlock.WithTTL(time.Second), dlock.WithoutRenewal(),
+		dlock.WithHoldWarning(20*time.Millisecond))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	time.Sleep(40 * time.Millisecond) // the work, slower than planned
+	_ = l.Release(ctx)
+	// Output: report:daily held past 20ms (TTL 1s)
+}
