@@ -60,16 +60,7 @@ func TestInProcessFaults(t *testing.T) {
 			if len(h.Accesses) == 0 {
 				t.Errorf("the resource recorded no access")
 			}
-			for i, s := range v.Violations {
-				if i == 20 {
-					t.Errorf("... and %d more", len(v.Violations)-i)
-					break
-				}
-				t.Errorf("seed %d: %s", seed, s)
-			}
-			if len(v.Violations) > 0 {
-				logAround(t, h, v)
-			}
+			reportViolations(t, h, v, seed)
 		})
 	}
 }
@@ -141,5 +132,21 @@ func logAround(t *testing.T, h History, v Verdict) {
 	}
 	for _, f := range h.Faults {
 		t.Logf("fault %s w%d %s [%s, %s] %s", f.Kind, f.Worker, f.Name, ms(f.From), ms(f.To), f.Note)
+	}
+}
+
+// reportViolations fails t with the first 20 of v's violations of the run
+// of seed, and logs the history around them.
+func reportViolations(t *testing.T, h History, v Verdict, seed uint64) {
+	t.Helper()
+	for i, s := range v.Violations {
+		if i == 20 {
+			t.Errorf("... and %d more", len(v.Violations)-i)
+			break
+		}
+		t.Errorf("seed %d: %s", seed, s)
+	}
+	if len(v.Violations) > 0 {
+		logAround(t, h, v)
 	}
 }

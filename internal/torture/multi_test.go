@@ -52,16 +52,7 @@ func TestInProcessSetFaults(t *testing.T) {
 			if waited == 0 {
 				t.Errorf("no set waited for another: the run did not exercise overlapping sets")
 			}
-			for i, s := range v.Violations {
-				if i == 20 {
-					t.Errorf("... and %d more", len(v.Violations)-i)
-					break
-				}
-				t.Errorf("seed %d: %s", seed, s)
-			}
-			if len(v.Violations) > 0 {
-				logAround(t, h, v)
-			}
+			reportViolations(t, h, v, seed)
 		})
 	}
 }

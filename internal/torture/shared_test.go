@@ -36,16 +36,7 @@ func TestInProcessSharedFaults(t *testing.T) {
 			if overlapped == 0 {
 				t.Errorf("no two reads overlapped: the run did not exercise sharing")
 			}
-			for i, s := range v.Violations {
-				if i == 20 {
-					t.Errorf("... and %d more", len(v.Violations)-i)
-					break
-				}
-				t.Errorf("seed %d: %s", seed, s)
-			}
-			if len(v.Violations) > 0 {
-				logAround(t, h, v)
-			}
+			reportViolations(t, h, v, seed)
 		})
 	}
 }
