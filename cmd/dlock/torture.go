@@ -47,9 +47,11 @@ behind, losses a holder never heard of. An overlap the lock's contract admits
 (a holder frozen past its lease) is counted as expected, with its reason;
 anything else is a violation, printed as a counterexample.
 
-The scenarios (kill, pause, blackhole, latency, reset, mixed, and semaphore:
-one name of 3 permits, where more than 3 holders at once is the violation)
-share --duration, at least 3s each (mixed 12s, semaphore 8s); --scenario
+The scenarios (kill, pause, blackhole, latency, reset, mixed; and for the
+lock family: semaphore, one name of 3 permits, where more than 3 holders at
+once is the violation; shared, read and write locks, where only reads may
+overlap; election, leader terms of package election) share --duration, at
+least 3s each (mixed 12s, semaphore, shared and election 8s); --scenario
 picks some.
 
 The locks go to the Redis the connection flags name: one server, by
@@ -150,7 +152,8 @@ func (a *app) torture(ctx context.Context, cmd *cobra.Command, o tortureOptions)
 			o.duration, len(scenarios), per, per*time.Duration(len(scenarios)))
 	}
 	for i := range scenarios {
-		scenarios[i].Duration, scenarios[i].Workers = per, o.workers
+		// The profile's durations, made with 0, are each scenario's least.
+		scenarios[i].Duration, scenarios[i].Workers = max(per, scenarios[i].Duration), o.workers
 	}
 
 	resDesc := "a throwaway redis-server"

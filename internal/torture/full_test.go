@@ -51,29 +51,41 @@ func TestFullProfile(t *testing.T) {
 			checkInjected(t, sc, v)
 		})
 	}
-	// The seeded in-process injection, ten seeds in one row.
-	t.Run("in-process", func(t *testing.T) {
-		lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
-		start := time.Now()
-		var v Verdict
-		const seeds, d = 10, 5 * time.Second
-		for i := range uint64(seeds) {
-			s := seed + i
-			fmt.Fprintf(os.Stderr, "torture: in-process seed %d, %v\n", s, d)
-			h, err := RunInProcess(context.Background(), lockSrv.Addr, resSrv.Addr, s, d, InProcessOptions{})
-			if err != nil {
-				t.Fatal(err)
+	// The seeded in-process injection, ten seeds in one row, then the lock
+	// family's in-process runs (read-write, sets, min hold), five seeds each.
+	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
+	for _, row := range []struct {
+		name  string
+		seeds uint64
+		opts  InProcessOptions
+	}{
+		{"in-process", 10, InProcessOptions{}},
+		{"in-process read-write", 5, InProcessOptions{Shared: 0.6, Workers: 3, PerClient: 2}},
+		{"in-process sets", 5, InProcessOptions{Sets: true, Names: 4, Workers: 3, PerClient: 2}},
+		{"in-process min-hold", 5, InProcessOptions{MinHold: 150 * time.Millisecond, Workers: 3, PerClient: 2}},
+	} {
+		t.Run(row.name, func(t *testing.T) {
+			start := time.Now()
+			var v Verdict
+			const d = 5 * time.Second
+			for i := range row.seeds {
+				s := seed + i
+				fmt.Fprintf(os.Stderr, "torture: %s seed %d, %v\n", row.name, s, d)
+				h, err := RunInProcess(context.Background(), lockSrv.Addr, resSrv.Addr, s, d, row.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				one := Check(h)
+				for _, x := range one.Violations {
+					t.Errorf("seed %d: %s", s, x)
+				}
+				v.Add(one)
 			}
-			one := Check(h)
-			for _, x := range one.Violations {
-				t.Errorf("seed %d: %s", s, x)
-			}
-			v.Add(one)
-		}
-		name := fmt.Sprintf("in-process, %d seeds × %v", seeds, d)
-		results = append(results, Result{Scenario: Scenario{Name: name}, Seed: seed, Verdict: v, Elapsed: time.Since(start)})
-		t.Logf("%s", v.Summary())
-	})
+			name := fmt.Sprintf("%s, %d seeds × %v", row.name, row.seeds, d)
+			results = append(results, Result{Scenario: Scenario{Name: name}, Seed: seed, Verdict: v, Elapsed: time.Since(start)})
+			t.Logf("%s", v.Summary())
+		})
+	}
 	var b bytes.Buffer
 	WriteTable(&b, results)
 	fmt.Print(b.String())

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/election"
 )
 
 // The locks a worker can use: dlock, and the broken locks the checker must
@@ -33,6 +34,9 @@ const (
 	LockNoRenewal = "no-renewal"
 	// dlock, but the worker does not give the fence to the resource.
 	LockNoFence = "no-fence"
+	// LockElection campaigns in a leader election (package election) for
+	// each name: a hold is a term as leader, ended by Resign.
+	LockElection = "election"
 )
 
 // PlantedLocks are the broken locks, for the tests that prove the checker
@@ -69,6 +73,50 @@ func (d dlockLocker) Acquire(ctx context.Context, name string) (held, error) {
 }
 
 func (d dlockLocker) Close(ctx context.Context) error { return d.c.Close(ctx) }
+
+// AcquireShared takes a read lock (dlock.Shared).
+func (d dlockLocker) AcquireShared(ctx context.Context, name string) (held, error) {
+	l, err := d.c.Acquire(ctx, name, append(d.opts[:len(d.opts):len(d.opts)], dlock.Shared())...)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// sharedLocker is a locker that also takes read locks.
+type sharedLocker interface {
+	AcquireShared(ctx context.Context, name string) (held, error)
+}
+
+// electionLocker campaigns for leadership, one election per name, as a
+// service using package election does: Campaign waits in line until it
+// leads, so the worker's wait limit is a deadline on the campaign.
+type electionLocker struct {
+	c         *dlock.Client
+	owner     string
+	ttl, wait time.Duration
+}
+
+// term is one leadership; Release is Resign.
+type term struct{ *election.Leadership }
+
+func (t term) Release(ctx context.Context) error { return t.Resign(ctx) }
+
+func (e electionLocker) Acquire(ctx context.Context, name string) (held, error) {
+	el, err := election.New(e.c, name, election.WithIdentity(e.owner), election.WithTTL(e.ttl))
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, e.wait)
+	defer cancel()
+	l, err := el.Campaign(cctx)
+	if err != nil {
+		return nil, err
+	}
+	return term{l}, nil
+}
+
+func (e electionLocker) Close(ctx context.Context) error { return e.c.Close(ctx) }
 
 // naive is the broken locks: one string key per name, polled every 10 ms
 // while busy, and a context that never ends (they cannot tell a loss).
@@ -180,12 +228,14 @@ func newLocker(kind string, rdb redis.UniversalClient, owner, prefix string, ttl
 			opts = append(opts, dlock.Permits(permits))
 		}
 		return dlockLocker{c: dlock.MustNew(rdb, dlock.WithOwner(owner), dlock.WithPrefix(prefix)), opts: opts}, nil
+	case LockElection:
+		return electionLocker{c: dlock.MustNew(rdb, dlock.WithOwner(owner), dlock.WithPrefix(prefix)), owner: owner, ttl: ttl, wait: wait}, nil
 	case LockSemRacy:
 		return &semRacy{rdb: rdb, prefix: prefix, n: max(permits, 1), ttl: ttl, wait: wait}, nil
 	case LockSetnxExpire, LockPlainDel, LockGetThenDel, LockNoRenewal:
 		return &naive{rdb: rdb, prefix: prefix, kind: kind, ttl: ttl, wait: wait}, nil
 	}
-	return nil, fmt.Errorf("torture: unknown lock %q (want %s or one of %v)", kind, LockDlock, PlantedLocks)
+	return nil, fmt.Errorf("torture: unknown lock %q (want %s, %s or one of %v)", kind, LockDlock, LockElection, PlantedLocks)
 }
 
 // causeOf names why a lock's context ended.

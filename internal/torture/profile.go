@@ -61,6 +61,8 @@ func profile(d time.Duration) []Scenario {
 		scenario("evict", d, FaultEvict),
 		mixed,
 		semaphoreScenario(d),
+		sharedScenario(d),
+		electionScenario(d),
 	}
 }
 
@@ -90,5 +92,28 @@ func ClientScenarios(d time.Duration) []Scenario {
 func semaphoreScenario(d time.Duration) Scenario {
 	sc := scenario("semaphore", max(d, 8*time.Second), FaultKill, FaultPause)
 	sc.Names, sc.Permits, sc.Work, sc.Reset = 1, 3, 30*time.Millisecond, 0.02
+	return sc
+}
+
+// sharedScenario: read and write locks (dlock.Shared) on one name, half of
+// the acquisitions reads, with kills, pauses and resets after the lock
+// scripts. Check lets reads overlap reads, and nothing else; writes go
+// through the fenced register, reads only take their place in line.
+// Critical sections of up to 30 ms let readers pile up behind a writer and
+// be granted together.
+func sharedScenario(d time.Duration) Scenario {
+	sc := scenario("shared", max(d, 8*time.Second), FaultKill, FaultPause)
+	sc.Names, sc.Shared, sc.Work, sc.Reset = 1, 0.5, 30*time.Millisecond, 0.02
+	return sc
+}
+
+// electionScenario: every worker campaigns in one leader election (package
+// election) and resigns after its term, under kills, pauses, cut
+// connections and resets. A term is a hold: two leaders before the first
+// term's deadline is a violation, and each leader writes the fenced
+// register with its term's fence.
+func electionScenario(d time.Duration) Scenario {
+	sc := scenario("election", max(d, 8*time.Second), FaultKill, FaultPause, FaultBlackhole)
+	sc.Lock, sc.Names, sc.Work, sc.Reset = LockElection, 1, 20*time.Millisecond, 0.02
 	return sc
 }

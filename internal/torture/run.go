@@ -52,6 +52,9 @@ type Scenario struct {
 	// (dlock.Permits): Check then allows up to that many holders of a name
 	// at once, and the workers skip the fenced register, which admits one.
 	Permits int
+	// Shared is the share of acquisitions that are read locks
+	// (dlock.Shared): Check lets reads overlap reads and nothing else.
+	Shared float64
 }
 
 // Target is a Redis the user names, for `dlock torture`.
@@ -218,7 +221,7 @@ func (r *run) spawn(slot int) error {
 		ID: id, Lock: r.sc.Lock, ResAddr: r.res.Options().Addr,
 		Prefix: r.env.Prefix, Names: names, TTL: r.sc.TTL, Wait: 4 * r.sc.TTL, ReadTimeout: r.readTimeout(),
 		Work: cmp.Or(r.sc.Work, 3*time.Millisecond), Long: r.sc.Long, Reset: r.sc.Reset, Replicas: r.sc.Replicas, Seed: r.env.Seed,
-		Permits: r.sc.Permits,
+		Permits: r.sc.Permits, Shared: r.sc.Shared,
 	}
 	if r.sc.Topology != "" {
 		r.topologyWorker(&cfg)

@@ -48,7 +48,40 @@ func TestShortProfile(t *testing.T) {
 				dump(t, h)
 			}
 			checkInjected(t, sc, v)
+			checkExercised(t, sc, h)
 		})
+	}
+}
+
+// checkExercised fails a run of a lock-family scenario that did not use
+// what it is about: reads that never shared the name, an election whose
+// leadership never passed between candidates.
+func checkExercised(t *testing.T, sc Scenario, h History) {
+	t.Helper()
+	if sc.Shared > 0 {
+		reads, overlapped := sharedStats(h)
+		t.Logf("%d reads of %d holds, %d of them overlapping another read", reads, len(h.Holds), overlapped)
+		if reads == 0 || reads == len(h.Holds) {
+			t.Errorf("%d reads of %d holds: want both kinds", reads, len(h.Holds))
+		}
+		if overlapped == 0 {
+			t.Error("no two reads overlapped: the run did not exercise sharing")
+		}
+	}
+	if sc.Lock == LockElection {
+		leaders := map[int]bool{}
+		changes := 0
+		terms := sortedByFence(h.Holds)
+		for i, x := range terms {
+			leaders[x.Worker] = true
+			if i > 0 && terms[i-1].Worker != x.Worker {
+				changes++
+			}
+		}
+		t.Logf("%d terms, %d leaders, leadership changed hands %d times", len(h.Holds), len(leaders), changes)
+		if len(leaders) < 2 || changes == 0 {
+			t.Errorf("%d leaders, %d changes of leader: the election was never contested", len(leaders), changes)
+		}
 	}
 }
 

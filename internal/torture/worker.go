@@ -49,7 +49,9 @@ type workerConfig struct {
 	Reset    float64 `json:"reset,omitempty"`
 	Replicas int     `json:"replicas,omitempty"`
 	Permits  int     `json:"permits,omitempty"`
-	Seed     uint64  `json:"seed"`
+	// Shared is the share of acquisitions that are read locks.
+	Shared float64 `json:"shared,omitempty"`
+	Seed   uint64  `json:"seed"`
 	// ClusterReload is the cluster client's ClusterStateReloadInterval: it
 	// reloads its slot map only on MOVED/ASK or that often (60 s by default),
 	// and keeps dialing a dead primary until it does.
@@ -152,7 +154,13 @@ func runWorker(ctx context.Context, cfg workerConfig, out *bufio.Writer) error {
 		name := cfg.Names[w.intN(int64(len(cfg.Names)))]
 		w.emit(line{Kind: "wait", Name: name})
 		h := Hold{Worker: cfg.ID, Seq: seq, Name: name, Asked: Now()}
-		l, err := lk.Acquire(ctx, name)
+		var l held
+		if sl, ok := lk.(sharedLocker); ok && cfg.Shared > 0 && w.chance(cfg.Shared) {
+			h.Shared = true
+			l, err = sl.AcquireShared(ctx, name)
+		} else {
+			l, err = lk.Acquire(ctx, name)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -199,8 +207,12 @@ func (w *worker) hold(h *Hold, l held, res *Resource) {
 	defer cancel()
 	// The register admits one holder: holders of permits, several at once
 	// by right, leave it alone, and Check counts them instead.
+	// A reader's fence orders it against writers, not against the other
+	// readers: the register, which refuses any fence below the largest it
+	// saw, would refuse the older of two readers. The overlap check judges
+	// reads.
 	var v int64
-	if w.cfg.Permits == 0 {
+	if w.cfg.Permits == 0 && !h.Shared {
 		v, h.Read = res.Read(rctx, h.Worker, h.Name, fence)
 	}
 	work := time.Duration(w.intN(int64(w.cfg.Work) + 1))
