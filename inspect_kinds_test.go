@@ -55,3 +55,49 @@ func TestInspectKindsDoubleAsClient(t *testing.T) {
 		}
 	}
 }
+
+// The double's Inspect lists the waiters in line, first first, with their
+// owners and kinds, as the Client's does.
+func TestInspectQueueDoubleAsClient(t *testing.T) {
+	c, _, _ := setup(t)
+	d := dlocktest.MustNew()
+	for _, l := range []interface {
+		dlock.Locker
+		Inspect(ctx context.Context, name string) (dlock.LockInfo, error)
+	}{c, d} {
+		lk, err := l.TryAcquire(bg, "ik:q", dlock.WithAcquireOwner("holder"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(bg)
+		done := make(chan struct{}, 2)
+		for _, w := range []struct {
+			owner string
+			opts  []dlock.AcquireOption
+		}{{"first", nil}, {"second", []dlock.AcquireOption{dlock.Shared()}}} {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				opts := append([]dlock.AcquireOption{dlock.WithAcquireOwner(w.owner), dlock.WithWait(20 * time.Second)}, w.opts...)
+				if l, err := l.Acquire(ctx, "ik:q", opts...); err == nil {
+					_ = l.Release(bg)
+				}
+			}()
+			// In line before the next one comes.
+			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				if i, _ := l.Inspect(bg, "ik:q"); len(i.Queue) > 0 && i.Queue[len(i.Queue)-1].Owner == w.owner {
+					break
+				}
+			}
+		}
+		i, err := l.Inspect(bg, "ik:q")
+		if err != nil || i.Waiters != 2 || len(i.Queue) != 2 ||
+			i.Queue[0].Owner != "first" || i.Queue[0].Shared || i.Queue[0].Alive <= 0 ||
+			i.Queue[1].Owner != "second" || !i.Queue[1].Shared {
+			t.Errorf("%T: Inspect = %d waiters, queue %+v, %v; want first (exclusive), then second (shared), alive", l, i.Waiters, i.Queue, err)
+		}
+		cancel()
+		<-done
+		<-done
+		_ = lk.Release(bg)
+	}
+}
