@@ -81,3 +81,31 @@ func Example_ttlWithoutRenewal() {
 	fmt.Println("ended before the lease:", ended < 400*time.Millisecond, "lost:", errors.Is(context.Cause(lock.Context()), dlock.ErrLockLost))
 	// Output: ended before the lease: true lost: true
 }
+
+// The go-redis settings that matter for locks (docs/requirements.md).
+func Example_clientSettings() {
+	rdb := redis.NewClient(&redis.Options{
+		Addr: exampleAddr,
+		// Acquire's wait and every call's deadline come from the context:
+		// without this, go-redis waits for ReadTimeout on a dead link.
+		ContextTimeoutEnabled: true,
+		// About the lock calls in flight at once (acquire, release, the
+		// renewal pipeline); waiters wait on one pub/sub connection.
+		PoolSize: 32,
+		// Retries are safe: every lock script recognises its own token.
+		MaxRetries: 3,
+	})
+	defer rdb.Close()
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"},
+		ContextTimeoutEnabled: true,
+		// A dead primary's slots are found on the new one within a second,
+		// not the 60s default.
+		ClusterStateReloadInterval: time.Second,
+	})
+	defer cluster.Close()
+	locker := dlock.MustNew(rdb)
+	defer locker.Close(context.Background())
+	fmt.Println("ready")
+	// Output: ready
+}
