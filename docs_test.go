@@ -82,3 +82,65 @@ func containsRun(src, want []string) bool {
 	}
 	return false
 }
+
+// mdLink is a Markdown link's target.
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// The README's contents link every guide page, and every relative link of
+// the README and the guide leads to a file that exists and, for a #anchor
+// into the README, to one of its headings.
+func TestReadmeLinksTheGuide(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, _ := filepath.Glob("docs/*.md")
+	for _, d := range docs {
+		if !strings.Contains(string(readme), "]("+d+")") {
+			t.Errorf("README does not link %s", d)
+		}
+	}
+	anchors := map[string]bool{}
+	for _, l := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(l, "#") {
+			anchors[slug(strings.TrimLeft(l, "# "))] = true
+		}
+	}
+	for _, page := range append([]string{"README.md"}, docs...) {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mdLink.FindAllStringSubmatch(string(b), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			if file == "" {
+				if page == "README.md" && !anchors[anchor] {
+					t.Errorf("%s: link to #%s: no such heading", page, anchor)
+				}
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(page), file)); err != nil {
+				t.Errorf("%s: link to %s: %v", page, target, err)
+			}
+		}
+	}
+}
+
+// slug is GitHub's anchor of a heading: lower case, spaces to hyphens,
+// punctuation other than hyphens dropped.
+func slug(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(h) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
