@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// exampleAddr is the redis-server of the Example functions, started by
+// TestMain.
+var exampleAddr string
+
+// TestMain starts the examples' redis-server and fails the run when a
+// goroutine outlives the tests (renewal loops, pub/sub readers, the
+// connection pools' openers).
+func TestMain(m *testing.M) { os.Exit(redistest.RunMain(m, &exampleAddr)) }
+
+// backends runs fn once per database: SQLite always, PostgreSQL when its
+// binaries are on PATH (else that subtest is skipped, with the reason).
+func backends(t *testing.T, fn func(t *testing.T, s *Store)) {
+	t.Run("sqlite", func(t *testing.T) {
+		s, err := OpenSQLite(filepath.Join(t.TempDir(), "stock.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		fn(t, s)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		s, err := OpenPostgres(startPostgres(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		fn(t, s)
+	})
+}
+
+// lockers makes n dlock Clients on one Redis, each with its own connection
+// pool, as n instances of a service have.
+func lockers(t *testing.T, addr string, n int) []dlock.Locker {
+	t.Helper()
+	ls, closeAll, err := newLockers(addr, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeAll)
+	return ls
+}
+
+// The right order loses nothing under concurrency: every take commits, the
+// fence column refuses none, and the row shows each of them. The wrong
+// order, same workers, same work, same fenced UPDATE, loses updates: at
+// least one in at most five runs (it lost some in every run here). Its fence
+// checks pass: the fence cannot catch the wrong order, whose next holder has
+// the larger fence.
+func TestOrders(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		r := redistest.Start(t)
+		ls := lockers(t, r.Addr, 6)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		trial := func(name string, take Take) Figures {
+			t.Helper()
+			f, err := Trial{Name: name, Take: take, Store: s, Lockers: ls, Row: "sku-" + name,
+				Start: 1000, Ops: 10, Work: 2 * time.Millisecond}.Run(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+
+		right := trial("right", TakeRight)
+		t.Logf("%s right order: %d committed, %d refused, %d failed, expected %d, actual %d, lost %d (%v)",
+			s.Kind(), right.Committed, right.Refused, right.Failed, right.Expected, right.Actual, right.Lost(), right.Took)
+		if right.Committed != 60 || right.Refused != 0 || right.Failed != 0 || right.Lost() != 0 || right.Actual != 940 {
+			t.Errorf("right order: %d committed, %d refused, %d failed (first: %v), row %d, lost %d; want 60 committed, "+
+				"none refused or failed, row 940, none lost", right.Committed, right.Refused, right.Failed, right.Err, right.Actual, right.Lost())
+		}
+
+		lostSome := false
+		for run := 1; run <= 5 && !lostSome; run++ {
+			wrong := trial("wrong", TakeWrong)
+			t.Logf("%s wrong order, run %d: %d committed, %d refused, %d failed, expected %d, actual %d, lost %d (%v)",
+				s.Kind(), run, wrong.Committed, wrong.Refused, wrong.Failed, wrong.Expected, wrong.Actual, wrong.Lost(), wrong.Took)
+			if wrong.Failed != 0 || wrong.Refused != 0 {
+				t.Errorf("wrong order: %d failed (first: %v), %d refused: its loss must come from stale reads, not from errors",
+					wrong.Failed, wrong.Err, wrong.Refused)
+			}
+			lostSome = wrong.Lost() > 0
+		}
+		if !lostSome {
+			t.Errorf("wrong order lost no update in 5 runs: the test no longer shows the bug it documents")
+		}
+	})
+}
+
+// A holder paused past its lease (renewal off, a short TTL) has not written
+// yet; the next holder takes the lock, writes and commits. When the stale
+// holder wakes up and writes, on a context the lock does not cancel, so that
+// only the fence can stop it, the fence column refuses its UPDATE: it rolls
+// back, and the row keeps the next holder's write.
+func TestFenceRefusesStaleHolder(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		r := redistest.Start(t)
+		ls := lockers(t, r.Addr, 2)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		const row = "sku-fence"
+		if err := s.Reset(ctx, row, 10); err != nil {
+			t.Fatal(err)
+		}
+
+		stale, err := ls[0].Acquire(ctx, "stock:"+row, dlock.WithTTL(500*time.Millisecond), dlock.WithoutRenewal())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		qty, err := s.Read(ctx, tx, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		// The pause: past the lease, until the next holder has committed.
+		select {
+		case <-stale.Context().Done():
+		case <-ctx.Done():
+			t.Fatal("the stale holder's lease did not end in time")
+		}
+		if err := TakeRight(ctx, ls[1], s, row, 0); err != nil {
+			t.Fatalf("next holder: %v", err)
+		}
+
+		err = s.Write(ctx, tx, row, qty-1, stale.Fence())
+		if !errors.Is(err, ErrStale) {
+			t.Fatalf("stale holder's write: %v, want ErrStale", err)
+		}
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		var got, fence int64
+		if err := s.DB().QueryRowContext(ctx, `SELECT qty, fence FROM stock WHERE id = $1`, row).Scan(&got, &fence); err != nil {
+			t.Fatal(err)
+		}
+		if got != 9 || fence <= stale.Fence() {
+			t.Fatalf("row: qty %d, fence %d; want 9 (the next holder's take only) and a fence above the stale %d", got, fence, stale.Fence())
+		}
+		t.Logf("%s: stale fence %d refused (%v), row written by fence %d", s.Kind(), stale.Fence(), err, fence)
+	})
+}
+
+// The case the fence cannot see: a holder wrote while its lease lasted and
+// commits after it ended. The transaction ran on the lock's context, so
+// the lost lock has rolled it back: the commit fails and the row is as
+// before.
+func TestLockContextRollsBack(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		r := redistest.Start(t)
+		ls := lockers(t, r.Addr, 1)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		const row = "sku-ctx"
+		if err := s.Reset(ctx, row, 10); err != nil {
+			t.Fatal(err)
+		}
+
+		lock, err := ls[0].Acquire(ctx, "stock:"+row, dlock.WithTTL(500*time.Millisecond), dlock.WithoutRenewal())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lctx := lock.Context()
+		tx, err := s.DB().BeginTx(lctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		qty, err := s.Read(lctx, tx, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Write(lctx, tx, row, qty-1, lock.Fence()); err != nil {
+			t.Fatal(err)
+		}
+
+		select { // the pause, past the lease
+		case <-lctx.Done():
+		case <-ctx.Done():
+			t.Fatal("the lease did not end in time")
+		}
+		commitErr := tx.Commit()
+		if commitErr == nil {
+			t.Fatal("commit after the lock was lost succeeded")
+		}
+		if !errors.Is(commitErr, context.Canceled) && !errors.Is(commitErr, sql.ErrTxDone) {
+			t.Fatalf("commit: %v, want the context's cancellation or sql.ErrTxDone", commitErr)
+		}
+		if !errors.Is(context.Cause(lctx), dlock.ErrLockLost) {
+			t.Fatalf("lock context's cause %v, want ErrLockLost", context.Cause(lctx))
+		}
+		got, err := s.Qty(ctx, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != 10 {
+			t.Fatalf("row %d after the refused commit, want 10", got)
+		}
+		t.Logf("%s: commit after the loss: %v (cause: %v)", s.Kind(), commitErr, context.Cause(lctx))
+	})
+}
+
+// run with the program's flags, against a real Redis and SQLite, prints
+// the figures of both orders; the right order's line shows every take
+// committed and none lost.
+func TestRunPrints(t *testing.T) {
+	r := redistest.Start(t)
+	var out strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := run(ctx, []string{"-redis", r.Addr, "-workers", "3", "-ops", "5", "-work", "1ms"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	var right, wrong []string
+	for line := range strings.Lines(out.String()) {
+		switch f := strings.Fields(line); {
+		case len(f) == 7 && f[0] == "right":
+			right = f
+		case len(f) == 7 && f[0] == "wrong":
+			wrong = f
+		}
+	}
+	// order committed refused failed expected actual lost
+	if want := []string{"right", "15", "0", "0", "0", "0", "0"}; !slices.Equal(right, want) {
+		t.Errorf("right order's figures %q, want %q", right, want)
+	}
+	if wrong == nil || !strings.HasPrefix(out.String(), "SQLite") {
+		t.Errorf("output lacks the wrong order's figures or the database:\n%s", out.String())
+	}
+}
