@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"modernc.org/sqlite"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -248,5 +250,75 @@ func TestRunPrints(t *testing.T) {
 	}
 	if wrong == nil || !strings.HasPrefix(out.String(), "SQLite") {
 		t.Errorf("output lacks the wrong order's figures or the database:\n%s", out.String())
+	}
+}
+
+// Why Store.Read reads outside the transaction on SQLite: with the read
+// inside it, SQLite's serializable transactions turn the wrong order's stale
+// read into a failed write, never into a lost update. A deferred transaction
+// that has read cannot start writing while another connection writes
+// (SQLITE_BUSY at once, the busy timeout does not wait: the snapshot would be
+// stale when it got the lock) nor after that one committed
+// (SQLITE_BUSY_SNAPSHOT).
+// The wrong order is still wrong there (takes fail that the right order
+// commits), but it does not show the lost update that PostgreSQL's READ
+// COMMITTED, or a read outside the transaction, gives.
+func TestSQLiteReadInTxFailsInsteadOfLosing(t *testing.T) {
+	s, err := OpenSQLite(filepath.Join(t.TempDir(), "stock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	r := redistest.Start(t)
+	ls := lockers(t, r.Addr, 6)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// TakeWrong with the read as a statement of the transaction.
+	wrongReadInTx := func(ctx context.Context, locker dlock.Locker, s *Store, id string, work time.Duration) error {
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := func() error {
+			lock, err := locker.Acquire(ctx, "stock:"+id, dlock.WithTTL(5*time.Second))
+			if err != nil {
+				return err
+			}
+			defer lock.Release(ctx)
+			var qty int64
+			if err := tx.QueryRowContext(ctx, `SELECT qty FROM stock WHERE id = $1`, id).Scan(&qty); err != nil {
+				return err
+			}
+			if err := sleep(ctx, work); err != nil {
+				return err
+			}
+			return s.Write(ctx, tx, id, qty-1, lock.Fence())
+		}(); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+
+	failedSome := false
+	for run := 1; run <= 5 && !failedSome; run++ {
+		f, err := Trial{Name: "wrong-in-tx", Take: wrongReadInTx, Store: s, Lockers: ls, Row: "sku-in-tx",
+			Start: 1000, Ops: 10, Work: 2 * time.Millisecond}.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("run %d: %d committed, %d refused, %d failed (first: %v), lost %d", run, f.Committed, f.Refused, f.Failed, f.Err, f.Lost())
+		if f.Lost() != 0 {
+			t.Fatalf("lost %d updates with the read inside SQLite's transaction", f.Lost())
+		}
+		var se *sqlite.Error
+		if f.Failed > 0 && (!errors.As(f.Err, &se) || se.Code()&0xff != 5) {
+			t.Fatalf("failure %v, want SQLITE_BUSY (5) or an extended code of it", f.Err)
+		}
+		failedSome = f.Failed > 0
+	}
+	if !failedSome {
+		t.Error("the wrong order with the read inside SQLite's transaction failed no take in 5 runs")
 	}
 }

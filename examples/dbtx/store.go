@@ -109,7 +109,8 @@ func (s *Store) Qty(ctx context.Context, id string) (int64, error) {
 // repository method taking *sql.DB (or a cache, or another service) reads.
 // A read inside tx would not show the bug the lock prevents: SQLite's
 // transactions are serializable, so a transaction whose read went stale
-// fails its write with SQLITE_BUSY_SNAPSHOT instead of overwriting. A read
+// fails its write (SQLITE_BUSY, or SQLITE_BUSY_SNAPSHOT) instead of
+// overwriting; TestSQLiteReadInTxFailsInsteadOfLosing shows it. A read
 // outside it has no such protection: only the lock orders it after the
 // previous holder's commit.
 func (s *Store) Read(ctx context.Context, tx *sql.Tx, id string) (int64, error) {
