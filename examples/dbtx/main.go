@@ -82,6 +82,27 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		figs = append(figs, f)
 	}
 	printFigures(out, figs...)
+
+	// A holder paused past its lease, in the right order: the fence column
+	// refuses a write made after the next holder's; the lock's context
+	// rolls back a write made before the lease ended, committed after.
+	if err := store.Reset(ctx, "sku-2", 10); err != nil {
+		return err
+	}
+	st, err := StaleWrite(ctx, lockers[0], lockers[len(lockers)-1], store, "sku-2")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "paused past its %v lease, then wrote: %v; the row keeps fence %d, qty %d\n",
+		pausedTTL, st.WriteErr, st.RowFence, st.Qty)
+	if err := store.Reset(ctx, "sku-3", 10); err != nil {
+		return err
+	}
+	if st, err = LostLockMidTx(ctx, lockers[0], store, "sku-3"); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "wrote, then paused past its %v lease: commit: %v (the lock: %v); qty %d\n",
+		pausedTTL, st.CommitErr, st.Cause, st.Qty)
 	return nil
 }
 

@@ -106,11 +106,11 @@ func TestOrders(t *testing.T) {
 	})
 }
 
-// A holder paused past its lease (renewal off, a short TTL) has not written
-// yet; the next holder takes the lock, writes and commits. When the stale
-// holder wakes up and writes, on a context the lock does not cancel, so that
-// only the fence can stop it, the fence column refuses its UPDATE: it rolls
-// back, and the row keeps the next holder's write.
+// A holder paused past its lease (renewal off, a short TTL) has read but
+// not written; the next holder takes the lock, writes and commits. When the
+// paused holder wakes up and writes, on a context the lock does not cancel,
+// so that only the fence can stop it, the fence column refuses its UPDATE:
+// it rolls back, and the row keeps the next holder's write.
 func TestFenceRefusesStaleHolder(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		r := redistest.Start(t)
@@ -121,46 +121,21 @@ func TestFenceRefusesStaleHolder(t *testing.T) {
 		if err := s.Reset(ctx, row, 10); err != nil {
 			t.Fatal(err)
 		}
-
-		stale, err := ls[0].Acquire(ctx, "stock:"+row, dlock.WithTTL(500*time.Millisecond), dlock.WithoutRenewal())
+		st, err := StaleWrite(ctx, ls[0], ls[1], s, row)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := s.DB().BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
+		t.Logf("%s: %+v", s.Kind(), st)
+		if !errors.Is(st.WriteErr, ErrStale) || st.CommitErr != nil {
+			t.Errorf("paused holder's write: %v, commit: %v; want ErrStale and no commit", st.WriteErr, st.CommitErr)
 		}
-		defer tx.Rollback()
-		qty, err := s.Read(ctx, tx, row)
-		if err != nil {
-			t.Fatal(err)
+		if !errors.Is(st.Cause, dlock.ErrLockLost) {
+			t.Errorf("paused holder's lock ended with %v, want ErrLockLost", st.Cause)
 		}
-
-		// The pause: past the lease, until the next holder has committed.
-		select {
-		case <-stale.Context().Done():
-		case <-ctx.Done():
-			t.Fatal("the stale holder's lease did not end in time")
+		if st.Qty != 9 || st.RowFence <= st.StaleFence {
+			t.Errorf("row: qty %d, fence %d; want 9 (the next holder's take only) and a fence above the stale %d",
+				st.Qty, st.RowFence, st.StaleFence)
 		}
-		if err := TakeRight(ctx, ls[1], s, row, 0); err != nil {
-			t.Fatalf("next holder: %v", err)
-		}
-
-		err = s.Write(ctx, tx, row, qty-1, stale.Fence())
-		if !errors.Is(err, ErrStale) {
-			t.Fatalf("stale holder's write: %v, want ErrStale", err)
-		}
-		if err := tx.Rollback(); err != nil {
-			t.Fatal(err)
-		}
-		var got, fence int64
-		if err := s.DB().QueryRowContext(ctx, `SELECT qty, fence FROM stock WHERE id = $1`, row).Scan(&got, &fence); err != nil {
-			t.Fatal(err)
-		}
-		if got != 9 || fence <= stale.Fence() {
-			t.Fatalf("row: qty %d, fence %d; want 9 (the next holder's take only) and a fence above the stale %d", got, fence, stale.Fence())
-		}
-		t.Logf("%s: stale fence %d refused (%v), row written by fence %d", s.Kind(), stale.Fence(), err, fence)
 	})
 }
 
@@ -178,48 +153,23 @@ func TestLockContextRollsBack(t *testing.T) {
 		if err := s.Reset(ctx, row, 10); err != nil {
 			t.Fatal(err)
 		}
-
-		lock, err := ls[0].Acquire(ctx, "stock:"+row, dlock.WithTTL(500*time.Millisecond), dlock.WithoutRenewal())
+		st, err := LostLockMidTx(ctx, ls[0], s, row)
 		if err != nil {
 			t.Fatal(err)
 		}
-		lctx := lock.Context()
-		tx, err := s.DB().BeginTx(lctx, nil)
-		if err != nil {
-			t.Fatal(err)
+		t.Logf("%s: %+v", s.Kind(), st)
+		if st.WriteErr != nil {
+			t.Fatalf("write while the lease lasted: %v", st.WriteErr)
 		}
-		defer tx.Rollback()
-		qty, err := s.Read(lctx, tx, row)
-		if err != nil {
-			t.Fatal(err)
+		if st.CommitErr == nil || !errors.Is(st.CommitErr, context.Canceled) && !errors.Is(st.CommitErr, sql.ErrTxDone) {
+			t.Errorf("commit after the lock was lost: %v, want the context's cancellation or sql.ErrTxDone", st.CommitErr)
 		}
-		if err := s.Write(lctx, tx, row, qty-1, lock.Fence()); err != nil {
-			t.Fatal(err)
+		if !errors.Is(st.Cause, dlock.ErrLockLost) {
+			t.Errorf("lock context's cause %v, want ErrLockLost", st.Cause)
 		}
-
-		select { // the pause, past the lease
-		case <-lctx.Done():
-		case <-ctx.Done():
-			t.Fatal("the lease did not end in time")
+		if st.Qty != 10 || st.RowFence != 0 {
+			t.Errorf("row: qty %d, fence %d after the refused commit; want 10 and 0, as before", st.Qty, st.RowFence)
 		}
-		commitErr := tx.Commit()
-		if commitErr == nil {
-			t.Fatal("commit after the lock was lost succeeded")
-		}
-		if !errors.Is(commitErr, context.Canceled) && !errors.Is(commitErr, sql.ErrTxDone) {
-			t.Fatalf("commit: %v, want the context's cancellation or sql.ErrTxDone", commitErr)
-		}
-		if !errors.Is(context.Cause(lctx), dlock.ErrLockLost) {
-			t.Fatalf("lock context's cause %v, want ErrLockLost", context.Cause(lctx))
-		}
-		got, err := s.Qty(ctx, row)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != 10 {
-			t.Fatalf("row %d after the refused commit, want 10", got)
-		}
-		t.Logf("%s: commit after the loss: %v (cause: %v)", s.Kind(), commitErr, context.Cause(lctx))
 	})
 }
 
@@ -238,9 +188,9 @@ func TestRunPrints(t *testing.T) {
 	var right, wrong []string
 	for line := range strings.Lines(out.String()) {
 		switch f := strings.Fields(line); {
-		case len(f) == 7 && f[0] == "right":
-			right = f
-		case len(f) == 7 && f[0] == "wrong":
+		case len(f) == 8 && f[0] == "right":
+			right = f[:7] // without the time it took
+		case len(f) == 8 && f[0] == "wrong":
 			wrong = f
 		}
 	}

@@ -84,9 +84,10 @@ func (tr Trial) Run(ctx context.Context) (Figures, error) {
 
 // printFigures writes the figures as a table.
 func printFigures(w io.Writer, figs ...Figures) {
-	fmt.Fprintf(w, "%-6s %9s %7s %6s %8s %6s %4s\n", "order", "committed", "refused", "failed", "expected", "actual", "lost")
+	fmt.Fprintf(w, "%-6s %9s %7s %6s %8s %6s %4s %7s\n", "order", "committed", "refused", "failed", "expected", "actual", "lost", "took")
 	for _, f := range figs {
-		fmt.Fprintf(w, "%-6s %9d %7d %6d %8d %6d %4d\n", f.Name, f.Committed, f.Refused, f.Failed, f.Expected, f.Actual, f.Lost())
+		fmt.Fprintf(w, "%-6s %9d %7d %6d %8d %6d %4d %7s\n", f.Name, f.Committed, f.Refused, f.Failed, f.Expected, f.Actual, f.Lost(),
+			f.Took.Round(time.Millisecond))
 	}
 	for _, f := range figs {
 		if f.Err != nil {
