@@ -93,16 +93,20 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "paused past its %v lease, then wrote: %v; the row keeps fence %d, qty %d\n",
-		pausedTTL, st.WriteErr, st.RowFence, st.Qty)
+	what := "refused by the fence column"
+	if !errors.Is(st.WriteErr, ErrStale) {
+		what = fmt.Sprintf("NOT refused (%v, commit: %v)", st.WriteErr, st.CommitErr)
+	}
+	fmt.Fprintf(out, "paused past its %v lease, then wrote: %s (fence %d, the row's %d); qty %d\n",
+		pausedTTL, what, st.StaleFence, st.RowFence, st.Qty)
 	if err := store.Reset(ctx, "sku-3", 10); err != nil {
 		return err
 	}
 	if st, err = LostLockMidTx(ctx, lockers[0], store, "sku-3"); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "wrote, then paused past its %v lease: commit: %v (the lock: %v); qty %d\n",
-		pausedTTL, st.CommitErr, st.Cause, st.Qty)
+	fmt.Fprintf(out, "wrote, then paused past its %v lease: commit: %v (%v); qty %d\n",
+		pausedTTL, orOK(st.CommitErr), st.Cause, st.Qty)
 	return nil
 }
 
@@ -150,6 +154,13 @@ func newLockers(addr string, n int) ([]dlock.Locker, func(), error) {
 		lockers = append(lockers, c)
 	}
 	return lockers, closeAll, nil
+}
+
+func orOK(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
 }
 
 func orDefault(v, fallback string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -270,5 +271,111 @@ func TestSQLiteReadInTxFailsInsteadOfLosing(t *testing.T) {
 	}
 	if !failedSome {
 		t.Error("the wrong order with the read inside SQLite's transaction failed no take in 5 runs")
+	}
+}
+
+// The window neither the fence nor the context closes, on PostgreSQL: a
+// holder wrote while its lease lasted, and its commit, already on its way,
+// lands after the lease ended. The next holder's plain read saw the row
+// before that commit, so the next holder's write (a larger fence: accepted)
+// overwrites it. A row lock in the read (SELECT … FOR UPDATE) makes the next
+// holder's read wait for the commit instead, and nothing is lost.
+func TestForUpdateClosesLateCommit(t *testing.T) {
+	dsn := startPostgres(t)
+	r := redistest.Start(t)
+	for _, forUpdate := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain read", true: "for update"}[forUpdate], func(t *testing.T) {
+			s, err := OpenPostgres(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			ls := lockers(t, r.Addr, 2)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			row := fmt.Sprintf("sku-late-%t", forUpdate)
+			if err := s.Reset(ctx, row, 10); err != nil {
+				t.Fatal(err)
+			}
+			read := `SELECT qty FROM stock WHERE id = $1`
+			if forUpdate {
+				read += ` FOR UPDATE`
+			}
+			take := func(ctx context.Context, tx *sql.Tx, fence int64) error {
+				var qty int64
+				if err := tx.QueryRowContext(ctx, read, row).Scan(&qty); err != nil {
+					return err
+				}
+				return s.Write(ctx, tx, row, qty-1, fence)
+			}
+
+			// The late holder writes within its lease, on a context the lock
+			// does not end: its commit is on its way when the lease ends.
+			late, err := ls[0].Acquire(ctx, "stock:"+row, dlock.WithTTL(pausedTTL), dlock.WithoutRenewal())
+			if err != nil {
+				t.Fatal(err)
+			}
+			lateTx, err := s.DB().BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lateTx.Rollback()
+			if err := take(ctx, lateTx, late.Fence()); err != nil {
+				t.Fatal(err)
+			}
+			if err := pauseTillLost(ctx, late); err != nil {
+				t.Fatal(err)
+			}
+
+			// The next holder, in the right order, blocks on the late
+			// holder's row lock: in its UPDATE (plain read) or its read.
+			next := make(chan error, 1)
+			go func() {
+				next <- func() error {
+					lock, err := ls[1].Acquire(ctx, "stock:"+row)
+					if err != nil {
+						return err
+					}
+					defer lock.Release(ctx)
+					tx, err := s.DB().BeginTx(lock.Context(), nil)
+					if err != nil {
+						return err
+					}
+					defer tx.Rollback()
+					if err := take(lock.Context(), tx, lock.Fence()); err != nil {
+						return err
+					}
+					return tx.Commit()
+				}()
+			}()
+			for waiting := 0; waiting == 0; {
+				if err := s.DB().QueryRowContext(ctx,
+					`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+					t.Fatalf("waiting for the next holder to block on the row: %v", err)
+				}
+				if err := sleep(ctx, 10*time.Millisecond); err != nil {
+					t.Fatal("the next holder never blocked on the row")
+				}
+			}
+			if err := lateTx.Commit(); err != nil {
+				t.Fatalf("late commit: %v", err)
+			}
+			select {
+			case err := <-next:
+				if err != nil {
+					t.Fatalf("next holder: %v", err)
+				}
+			case <-ctx.Done():
+				t.Fatal("next holder did not finish")
+			}
+			qty, err := s.Qty(ctx, row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("two takes committed, row %d", qty)
+			if want := map[bool]int64{false: 9, true: 8}[forUpdate]; qty != want {
+				t.Errorf("row %d after two committed takes, want %d", qty, want)
+			}
+		})
 	}
 }
