@@ -58,7 +58,11 @@ func Example() {
 	locker := dlock.MustNew(rdb)
 	defer locker.Close(ctx)
 
-	dir, _ := os.MkdirTemp("", "dbtx-example-")
+	dir, err := os.MkdirTemp("", "dbtx-example-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer os.RemoveAll(dir)
 	store, err := OpenSQLite(filepath.Join(dir, "stock.db"))
 	if err != nil {
