@@ -36,6 +36,7 @@ func backends(t *testing.T, fn func(t *testing.T, s *Store)) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = s.Close() })
+		checkPragmas(t, s)
 		fn(t, s)
 	})
 	t.Run("postgres", func(t *testing.T) {
@@ -46,6 +47,32 @@ func backends(t *testing.T, fn func(t *testing.T, s *Store)) {
 		t.Cleanup(func() { _ = s.Close() })
 		fn(t, s)
 	})
+}
+
+// checkPragmas checks that the DSN's pragmas (WAL, the busy timeout) reach
+// every connection of the pool, not only the one that created the file: two
+// connections held at once are two.
+func checkPragmas(t *testing.T, s *Store) {
+	t.Helper()
+	ctx := context.Background()
+	for range 2 {
+		c, err := s.DB().Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		var mode string
+		var timeout int
+		if err := c.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&timeout); err != nil {
+			t.Fatal(err)
+		}
+		if mode != "wal" || timeout != 10000 {
+			t.Fatalf("SQLite connection: journal_mode %q, busy_timeout %d; want wal and 10000", mode, timeout)
+		}
+	}
 }
 
 // lockers makes n dlock Clients on one Redis, each with its own connection
