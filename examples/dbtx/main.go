@@ -51,8 +51,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *workers < 1 || *workers > 100 || *ops < 1 || *ops > 10000 {
-		return fmt.Errorf("dbtx: -workers %d must be in 1..100 and -ops %d in 1..10000", *workers, *ops)
+	if *workers < 1 || *workers > 100 {
+		return fmt.Errorf("dbtx: -workers %d: must be in 1..100", *workers)
+	}
+	if *ops < 1 || *ops > 10000 {
+		return fmt.Errorf("dbtx: -ops %d: must be in 1..10000", *ops)
 	}
 
 	store, where, err := openStore(*pgDSN)

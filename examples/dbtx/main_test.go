@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -404,5 +405,23 @@ func TestForUpdateClosesLateCommit(t *testing.T) {
 				t.Errorf("row %d after two committed takes, want %d", qty, want)
 			}
 		})
+	}
+}
+
+// Out-of-range flags are refused with the flag and its bounds, before any
+// connection is made.
+func TestRunRefusesBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-workers", "0"}, "-workers 0: must be in 1..100"},
+		{[]string{"-workers", "101"}, "-workers 101: must be in 1..100"},
+		{[]string{"-ops", "0"}, "-ops 0: must be in 1..10000"},
+	} {
+		err := run(context.Background(), append([]string{"-redis", "127.0.0.1:1"}, tc.args...), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("run %q: %v, want an error containing %q", tc.args, err, tc.want)
+		}
 	}
 }

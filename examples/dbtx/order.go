@@ -17,8 +17,9 @@ type Take func(ctx context.Context, locker dlock.Locker, s *Store, id string, wo
 // the commit. The transaction and its statements run on the lock's context:
 // a lock lost mid-transaction (renewal failing, a pause past the lease)
 // rolls the transaction back instead of letting it commit unprotected, and
-// the fence in the UPDATE refuses a write the context could not stop in
-// time.
+// the fence in the UPDATE refuses a write made after a newer holder's, which
+// the context may not have stopped in time (a pause between the check and
+// the statement).
 func TakeRight(ctx context.Context, locker dlock.Locker, s *Store, id string, work time.Duration) error {
 	lock, err := locker.Acquire(ctx, "stock:"+id, dlock.WithTTL(5*time.Second))
 	if err != nil {
