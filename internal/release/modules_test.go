@@ -29,6 +29,8 @@ var published = []string{".", "dlockgocron", "dlockgrpc", "dlockotel"}
 var unpublished = map[string]string{
 	"bench": "a measuring tool run in the repository (make bench); it keeps the zero pseudo-version " +
 		"of dlock so that it can only be built through its replace, against the working tree it measures",
+	"examples/dbtx": "a runnable example (locks and database transactions) whose database drivers stay out of " +
+		"the root module; like bench it keeps the zero pseudo-version of dlock and builds only through its replace",
 }
 
 // goMod is what `go mod edit -json` prints of a go.mod.
