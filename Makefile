@@ -27,13 +27,21 @@ deps:
 	fi
 	@redis-server --version
 
-# Debian's Chromium, for the admin view's end-to-end browser test.
+# Debian's Chromium, for the admin view's end-to-end browser test, and
+# PostgreSQL's programs, for examples/dbtx's tests on a throwaway cluster
+# (they look in /usr/lib/postgresql/*/bin too, where Debian puts them).
 test-deps: deps
 	@if ! command -v chromium >/dev/null; then \
 		echo "installing chromium from Debian's packages (browser test of the admin view)"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
+	fi
+	@if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		echo "installing postgresql from Debian's packages (examples/dbtx tests on a throwaway cluster)"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; \
 	fi
 
 fmt-check:

@@ -18,17 +18,17 @@ import (
 
 // startPostgres starts a throwaway PostgreSQL cluster for one test, on a free
 // loopback port with its unix socket in its own directory, and returns a DSN
-// for it. Without initdb and postgres on PATH the test is skipped, with the
-// reason: the SQLite tests run everywhere, PostgreSQL only where it is
-// installed (Debian: apt-get install -y postgresql, then put
-// /usr/lib/postgresql/*/bin on PATH).
+// for it. Without initdb and postgres (on PATH or in Debian's
+// /usr/lib/postgresql/*/bin) the test is skipped, with the reason: the
+// SQLite tests run everywhere, PostgreSQL where it is installed, which
+// make test sees to.
 func startPostgres(t *testing.T) string {
 	t.Helper()
-	initdb, err1 := exec.LookPath("initdb")
-	postgres, err2 := exec.LookPath("postgres")
+	initdb, err1 := pgBinary("initdb")
+	postgres, err2 := pgBinary("postgres")
 	if err1 != nil || err2 != nil {
-		t.Skip("PostgreSQL not tested: initdb and postgres are not on PATH (Debian: apt-get install -y postgresql, " +
-			"and /usr/lib/postgresql/<version>/bin on PATH)")
+		t.Skip("PostgreSQL not tested: initdb and postgres are neither on PATH nor in /usr/lib/postgresql/*/bin " +
+			"(Debian: apt-get install -y postgresql; make test installs it)")
 	}
 
 	// PostgreSQL refuses to run as root: as root, the cluster belongs to
@@ -134,4 +134,17 @@ func readLog(path string) string {
 		return err.Error()
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// pgBinary finds a PostgreSQL program on PATH, else where Debian's packages
+// put it (they leave /usr/lib/postgresql/<version>/bin off PATH).
+func pgBinary(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	found, _ := filepath.Glob("/usr/lib/postgresql/*/bin/" + name)
+	if len(found) == 0 {
+		return "", fmt.Errorf("%s: not found", name)
+	}
+	return found[len(found)-1], nil
 }
