@@ -118,6 +118,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newDemoCmd(a),
 		newDemoWorkerCmd(a),
 		newTortureCmd(a),
+		newLockCmd(a),
 	)
 	return root
 }
