@@ -147,8 +147,8 @@ func TestLockLost(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	for _, tc := range []struct {
-		how   string
-		break_ func(name string)
+		how     string
+		breakIt func(name string)
 	}{
 		{"unlock --force", func(name string) {
 			if r := dlockRun(t, srv, "unlock", "--force", "--yes", name); r.code != 0 {
@@ -164,7 +164,7 @@ func TestLockLost(t *testing.T) {
 		t.Run(tc.how, func(t *testing.T) {
 			name := "lost-" + strings.Fields(tc.how)[0]
 			b, _ := startLock(t, srv, "--ttl", "900ms", name)
-			tc.break_(name)
+			tc.breakIt(name)
 			// Found at the next renewal, within a third of the TTL.
 			if code := b.wait(t, 5*time.Second); code != exitLost {
 				t.Fatalf("exit %d, want %d; stderr: %s", code, exitLost, b.stderr.String())
