@@ -13,12 +13,12 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-// startLock starts `dlock lock ARGS...` as a user would and returns it with
-// the first line it printed on stdout, once it printed one.
-func startLock(t *testing.T, srv *redistest.Server, args ...string) (*background, string) {
+// startLines starts dlock ARGS... as a user would and returns it with its
+// stdout, a line at a time; the channel closes at the end of stdout.
+func startLines(t *testing.T, srv *redistest.Server, args ...string) (*background, <-chan string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-	b := &background{cmd: command(ctx, srv, append([]string{"lock"}, args...)...), done: make(chan struct{})}
+	b := &background{cmd: command(ctx, srv, args...), done: make(chan struct{})}
 	b.cmd.Stderr = &b.stderr
 	out, err := b.cmd.StdoutPipe()
 	if err != nil {
@@ -27,24 +27,23 @@ func startLock(t *testing.T, srv *redistest.Server, args ...string) (*background
 	}
 	if err := b.cmd.Start(); err != nil {
 		cancel()
-		t.Fatalf("start dlock lock %v: %v", args, err)
+		t.Fatalf("start dlock %v: %v", args, err)
 	}
-	lines := make(chan string, 1)
+	lines := make(chan string, 1000)
+	read := make(chan struct{})
 	go func() {
-		// The pipe is read to its end so that Wait, which waits for it,
-		// returns.
+		defer close(read)
+		defer close(lines)
 		sc := bufio.NewScanner(out)
-		first := true
 		for sc.Scan() {
-			if first {
-				lines <- sc.Text()
-				first = false
+			select {
+			case lines <- sc.Text():
+			default: // a test that stopped reading; the pipe is still drained
 			}
 		}
-		close(lines)
 	}()
 	go func() {
-		<-lines // not before the reader saw EOF: Wait closes the pipe
+		<-read // Wait closes the pipe: not before the reader saw its end
 		_ = b.cmd.Wait()
 		b.code = b.cmd.ProcessState.ExitCode()
 		close(b.done)
@@ -54,17 +53,31 @@ func startLock(t *testing.T, srv *redistest.Server, args ...string) (*background
 		<-b.done
 		cancel()
 	})
+	return b, lines
+}
+
+// nextLine returns the next line of lines, failing the test after d.
+func nextLine(t *testing.T, b *background, lines <-chan string, d time.Duration) string {
+	t.Helper()
 	select {
 	case line, ok := <-lines:
 		if !ok {
 			<-b.done
-			t.Fatalf("dlock lock %v printed nothing and exited %d; stderr: %s", args, b.code, b.stderr.String())
+			t.Fatalf("dlock %v: stdout ended, exit %d; stderr: %s", b.cmd.Args[1:], b.code, b.stderr.String())
 		}
-		return b, line
-	case <-time.After(15 * time.Second):
-		t.Fatalf("dlock lock %v printed no line within 15s; stderr: %s", args, b.stderr.String())
-		return nil, ""
+		return line
+	case <-time.After(d):
+		t.Fatalf("dlock %v printed no line within %v; stderr: %s", b.cmd.Args[1:], d, b.stderr.String())
+		return ""
 	}
+}
+
+// startLock starts `dlock lock ARGS...` and returns it with the first line
+// it printed on stdout, once it printed one.
+func startLock(t *testing.T, srv *redistest.Server, args ...string) (*background, string) {
+	t.Helper()
+	b, lines := startLines(t, srv, append([]string{"lock"}, args...)...)
+	return b, nextLine(t, b, lines, 15*time.Second)
 }
 
 // The line names the lock and its fence; inspect shows the lock held, also

@@ -119,6 +119,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newDemoWorkerCmd(a),
 		newTortureCmd(a),
 		newLockCmd(a),
+		newWatchCmd(a),
 	)
 	return root
 }
