@@ -120,6 +120,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newTortureCmd(a),
 		newLockCmd(a),
 		newWatchCmd(a),
+		newDoctorCmd(a),
 	)
 	return root
 }
