@@ -22,6 +22,7 @@ const doctorLong = `Check that the Redis dlock connects to (the connection flags
 command) is fit to keep locks, before trusting it with them. Each check
 prints one line, ok, warn or fail, and for warn and fail what to do:
 
+  reachable         every primary answers PING (a fail names a dead one)
   version           redis_version against the oldest dlock works with
   maxmemory-policy  noeviction required: any other policy may evict a held
                     lock, and a second client then takes it (two holders)
@@ -133,15 +134,21 @@ func (a *app) doctor(ctx context.Context, o doctorOptions) error {
 	}
 	rdb := redis.NewUniversalClient(uo)
 	defer rdb.Close()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("doctor: cannot reach Redis: %w", err)
+	// Not a PING through a ClusterClient: it may pick a dead primary, which
+	// is a finding (reachable), not a reason to stop. The Cluster's slot
+	// map, which primaries loads, needs one live node.
+	if _, ok := rdb.(*redis.ClusterClient); !ok {
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("doctor: cannot reach Redis: %w", err)
+		}
 	}
 	d := &doctorRun{a: a, ctx: ctx, uo: uo, rdb: rdb, o: o}
 	d.rep.Prefix = a.conn.prefix
 	nodes, err := d.primaries()
 	if err != nil {
-		return fmt.Errorf("doctor: %w", err)
+		return fmt.Errorf("doctor: cannot reach Redis: %w", err)
 	}
+	nodes = d.reachable(nodes)
 	for _, n := range nodes {
 		f := gatherFacts(ctx, n.rdb)
 		d.checkVersion(n, f)
@@ -231,6 +238,21 @@ func (d *doctorRun) primaries() ([]dataNode, error) {
 		return []dataNode{{addr: c.Options().Addr, rdb: c}}, nil
 	}
 	return nil, fmt.Errorf("unexpected client %T", d.rdb)
+}
+
+// reachable returns the nodes that answer PING, and fails the others: a
+// primary of a Cluster that is down serves none of its slots' locks.
+func (d *doctorRun) reachable(nodes []dataNode) []dataNode {
+	var up []dataNode
+	for _, n := range nodes {
+		if err := n.rdb.Ping(d.ctx).Err(); err != nil {
+			d.add("reachable", statusFail, n.addr, "this primary does not answer PING: "+err.Error()+"; the locks it serves can be neither taken nor renewed",
+				"bring it back, or let its replica take over")
+			continue
+		}
+		up = append(up, n)
+	}
+	return up
 }
 
 // gatherFacts asks one server for everything the checks read, in one

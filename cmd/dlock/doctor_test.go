@@ -219,9 +219,12 @@ func TestDoctorUnreachableAndUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := dlockRun(t, nil, "--addr", "127.0.0.1:"+strconv.Itoa(closed), "--timeout", "500ms", "doctor")
-	if r.code != exitRedis || !strings.Contains(r.stderr, "cannot reach Redis") {
-		t.Fatalf("unreachable: exit %d, want %d: %s", r.code, exitRedis, r.stderr)
+	for _, conn := range [][]string{{}, {"--cluster"}} {
+		args := append(conn, "--addr", "127.0.0.1:"+strconv.Itoa(closed), "--timeout", "500ms", "doctor")
+		r := dlockRun(t, nil, args...)
+		if r.code != exitRedis || !strings.Contains(r.stderr, "cannot reach Redis") {
+			t.Fatalf("dlock %q: exit %d, want %d: %s", args, r.code, exitRedis, r.stderr)
+		}
 	}
 	for _, args := range [][]string{{"doctor", "x"}, {"doctor", "--pings", "0"}, {"doctor", "-o", "yaml"}, {"doctor", "--scan-limit", "0"}} {
 		if r := dlockRun(t, nil, args...); r.code != exitUsage {
@@ -230,10 +233,11 @@ func TestDoctorUnreachableAndUsage(t *testing.T) {
 	}
 }
 
-// A Cluster of three primaries: a line per primary for the per-node checks,
-// cluster_state ok on each, the clocks of all three compared.
+// A Cluster of three primaries with a replica each: a line per primary for
+// the per-node checks, cluster_state ok on each, the clocks of all six
+// nodes compared.
 func TestDoctorCluster(t *testing.T) {
-	cs := redistest.StartCluster(t, redistest.WithReplicas(0))
+	cs := redistest.StartCluster(t)
 	var conn []string
 	for _, a := range cs.Addrs {
 		conn = append(conn, "--addr", a)
@@ -242,7 +246,7 @@ func TestDoctorCluster(t *testing.T) {
 	if code != exitOK || rep.Topology != "cluster" {
 		t.Fatalf("exit %d, topology %q; want 0, cluster:\n%s%s", code, rep.Topology, r.stdout, r.stderr)
 	}
-	for _, check := range []string{"version", "cluster", "latency", "maxmemory-policy"} {
+	for _, check := range []string{"version", "cluster", "latency", "maxmemory-policy", "replication"} {
 		fs := only(rep, check)
 		if len(fs) != 3 {
 			t.Fatalf("%d %s line(s), want one per primary: %+v", len(fs), check, fs)
@@ -259,7 +263,10 @@ func TestDoctorCluster(t *testing.T) {
 	for _, f := range only(rep, "version") {
 		wantFinding(t, f, statusOK, "a Redis Cluster needs 7.0 or newer")
 	}
-	want(t, rep, "clock-skew", statusOK, "3 nodes")
+	for _, f := range only(rep, "replication") {
+		wantFinding(t, f, statusWarn, "1 replica(s), min-replicas-to-write 0")
+	}
+	want(t, rep, "clock-skew", statusOK, "6 nodes")
 	want(t, rep, "go-redis", statusOK, "ClusterStateReloadInterval")
 }
 
@@ -296,4 +303,36 @@ func TestDoctorSentinel(t *testing.T) {
 	}
 	want(t, rep, "replication", statusWarn, "1 replica(s), min-replicas-to-write 0")
 	want(t, rep, "clock-skew", statusOK, "2 nodes")
+}
+
+// A Cluster with a primary down and no replica to take over: the dead
+// primary is a fail, the others report cluster_state fail, exit 6.
+func TestDoctorClusterDown(t *testing.T) {
+	cs := redistest.StartCluster(t, redistest.WithReplicas(0))
+	dead := cs.Addrs[2]
+	live := cs.Node(cs.Addrs[0]).Client(t)
+	if err := cs.KillNode(dead); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "cluster_state:fail on a live primary", func() bool {
+		return strings.Contains(live.ClusterInfo(context.Background()).Val(), "cluster_state:fail")
+	})
+	code, rep, r := doctor(t, []string{"--addr", cs.Addrs[0], "--addr", cs.Addrs[1], "--timeout", "1s"})
+	if code != exitCheckFailed {
+		t.Fatalf("exit %d, want %d:\n%s%s", code, exitCheckFailed, r.stdout, r.stderr)
+	}
+	var sawDead bool
+	for _, f := range only(rep, "reachable") {
+		sawDead = sawDead || (f.Node == dead && f.Status == statusFail)
+	}
+	if !sawDead {
+		t.Errorf("no reachable fail for the dead primary %s: %+v", dead, rep.Checks)
+	}
+	fs := only(rep, "cluster")
+	if len(fs) != 2 {
+		t.Fatalf("%d cluster line(s), want one per live primary: %+v", len(fs), fs)
+	}
+	for _, f := range fs {
+		wantFinding(t, f, statusFail, "cluster_state fail", "redis-cli --cluster check")
+	}
 }
