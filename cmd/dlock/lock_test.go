@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,7 +21,7 @@ func startLines(t *testing.T, srv *redistest.Server, args ...string) (*backgroun
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	b := &background{cmd: command(ctx, srv, args...), done: make(chan struct{})}
-	b.cmd.Stderr = &b.stderr
+	b.cmd.Stderr = lockedWriter{&b.stderr}
 	out, err := b.cmd.StdoutPipe()
 	if err != nil {
 		cancel()
@@ -56,6 +58,25 @@ func startLines(t *testing.T, srv *redistest.Server, args ...string) (*backgroun
 	return b, lines
 }
 
+// stderrMu guards the stderr buffers of the processes startLines starts,
+// which tests read while the process still writes.
+var stderrMu sync.Mutex
+
+type lockedWriter struct{ w io.Writer }
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	stderrMu.Lock()
+	defer stderrMu.Unlock()
+	return l.w.Write(p)
+}
+
+// liveStderr is what b wrote on stderr so far.
+func liveStderr(b *background) string {
+	stderrMu.Lock()
+	defer stderrMu.Unlock()
+	return b.stderr.String()
+}
+
 // nextLine returns the next line of lines, failing the test after d.
 func nextLine(t *testing.T, b *background, lines <-chan string, d time.Duration) string {
 	t.Helper()
@@ -63,11 +84,11 @@ func nextLine(t *testing.T, b *background, lines <-chan string, d time.Duration)
 	case line, ok := <-lines:
 		if !ok {
 			<-b.done
-			t.Fatalf("dlock %v: stdout ended, exit %d; stderr: %s", b.cmd.Args[1:], b.code, b.stderr.String())
+			t.Fatalf("dlock %v: stdout ended, exit %d; stderr: %s", b.cmd.Args[1:], b.code, liveStderr(b))
 		}
 		return line
 	case <-time.After(d):
-		t.Fatalf("dlock %v printed no line within %v; stderr: %s", b.cmd.Args[1:], d, b.stderr.String())
+		t.Fatalf("dlock %v printed no line within %v; stderr: %s", b.cmd.Args[1:], d, liveStderr(b))
 		return ""
 	}
 }

@@ -205,3 +205,30 @@ func TestWatchUsage(t *testing.T) {
 		}
 	}
 }
+
+// Redis going away does not end watch: it says so once, polls on, and
+// follows the lock again once Redis is back.
+func TestWatchSurvivesRedisRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	b, lines := startLines(t, srv, "watch", "--interval", "50ms", "--timeout", "300ms", "comeback")
+	expectLine(t, b, lines, `"comeback" free`)
+	srv.Kill()
+	waitFor(t, "watch to report Redis gone", func() bool { return strings.Contains(liveStderr(b), "polling on") })
+	if err := srv.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "watch to report Redis back", func() bool { return strings.Contains(liveStderr(b), "answers again") })
+	if n := strings.Count(liveStderr(b), "polling on"); n != 1 {
+		t.Errorf("the outage reported %d times, want once:\n%s", n, liveStderr(b))
+	}
+	l, err := ownerClient(t, srv.Client(t), "after").Acquire(context.Background(), "comeback", dlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectLine(t, b, lines, `write "after" fence `+itoa(l.Fence()))
+	_ = l.Release(context.Background())
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	if code := b.wait(t, 10*time.Second); code != exitOK {
+		t.Fatalf("exit %d; stderr: %s", code, b.stderr.String())
+	}
+}
