@@ -227,11 +227,15 @@ func (d *doctorRun) primaries() ([]dataNode, error) {
 		if d.uo.MasterName != "" {
 			d.rep.Topology = "sentinel"
 			addr := "primary of " + d.uo.MasterName
-			s := d.sentinelClient(d.uo.Addrs[0])
-			if got, err := d.sentinelPrimary(s); err == nil {
-				addr = got
+			for _, sa := range d.uo.Addrs { // the first Sentinel that answers
+				s := d.sentinelClient(sa)
+				got, err := d.sentinelPrimary(s)
+				_ = s.Close()
+				if err == nil {
+					addr = got
+					break
+				}
 			}
-			_ = s.Close()
 			return []dataNode{{addr: addr, rdb: c}}, nil
 		}
 		d.rep.Topology = "standalone"

@@ -303,6 +303,47 @@ func TestDoctorSentinel(t *testing.T) {
 	}
 	want(t, rep, "replication", statusWarn, "1 replica(s), min-replicas-to-write 0")
 	want(t, rep, "clock-skew", statusOK, "2 nodes")
+
+	// One Sentinel of the list down: a warn for it, the others still ok.
+	closed, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "127.0.0.1:" + strconv.Itoa(closed)
+	code, rep, r = doctor(t, append(conn, "--addr", down, "--timeout", "500ms"))
+	if code != exitOK {
+		t.Fatalf("one Sentinel down: exit %d, want 0:\n%s%s", code, r.stdout, r.stderr)
+	}
+	var ok, warned int
+	for _, f := range only(rep, "sentinel") {
+		switch {
+		case f.Node == down && f.Status == statusWarn:
+			warned++
+		case f.Status == statusOK:
+			ok++
+		}
+	}
+	if ok != len(st.SentinelAddrs) || warned != 1 {
+		t.Fatalf("%d ok and %d warn for the Sentinel down, want %d and 1: %+v", ok, warned, len(st.SentinelAddrs), only(rep, "sentinel"))
+	}
+}
+
+// The lock count stops at --scan-limit on a big keyspace, and says so.
+func TestDoctorScanLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	pipe := rdb.Pipeline()
+	for i := range 5000 {
+		pipe.Set(ctx, "dlock:{n"+strconv.Itoa(i)+"}:fence", i, 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, rep, _ := doctor(t, append(addr(srv), "--scan-limit", "1000"))
+	want(t, rep, "locks", statusWarn, "at least", "stopped after looking at about 1000 keys", "--scan-limit")
+	_, rep, _ = doctor(t, addr(srv))
+	want(t, rep, "locks", statusOK, "5000 fence counter(s)")
 }
 
 // A Cluster with a primary down and no replica to take over: the dead
