@@ -119,7 +119,7 @@ type dataNode struct {
 // nodeFacts is what one primary said, in one round trip; an error is the
 // server's refusal (or a failure) for that one item.
 type nodeFacts struct {
-	info    map[string]string // every INFO section we asked for, merged
+	info    map[string]string // the fields of INFO's default sections
 	infoErr error
 	config  map[string]string // CONFIG GET answers
 	confErr map[string]error

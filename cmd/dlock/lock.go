@@ -64,7 +64,7 @@ func newLockCmd(a *app) *cobra.Command {
 			if err := checkLockFlags(cmd, &o); err != nil {
 				return err
 			}
-			return a.hold(cmd.Context(), args[0], o, output)
+			return a.holdLock(cmd.Context(), args[0], o, output)
 		},
 	}
 	fs := cmd.Flags()
@@ -100,9 +100,9 @@ func checkLockFlags(cmd *cobra.Command, o *runOptions) error {
 	return nil
 }
 
-// hold takes the lock name, prints it, and keeps it until a signal or the
+// holdLock takes the lock name, prints it, and keeps it until a signal or the
 // end of ctx (then releases it: nil) or until it is lost (exit 4).
-func (a *app) hold(ctx context.Context, name string, o runOptions, output string) error {
+func (a *app) holdLock(ctx context.Context, name string, o runOptions, output string) error {
 	owner := o.owner
 	if owner == "" {
 		host, _ := os.Hostname()
