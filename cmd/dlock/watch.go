@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
@@ -32,10 +33,12 @@ in line first. Owners are quoted as Go strings, so a newline or a terminal
 escape in one cannot forge a line. -o json prints one object a line:
 {"time", "name", "held", "lock"}, "lock" being what inspect -o json shows.
 
-dlock polls Redis every --interval (default 1s; one pipelined read per poll).
-A change that comes and goes between two polls is not seen: watch shows what
-the lock looks like, it is no event log. While Redis does not answer, watch
-says so on stderr once and keeps polling.`
+dlock polls Redis every --interval (default 1s; one pipelined read per poll),
+and at once on every change of the lock's keys when the server sends keyspace
+notifications (notify-keyspace-events with K and the classes of the keys:
+KA, or Kghxz$). A change that comes and goes between two polls is not seen:
+watch shows what the lock looks like, it is no event log. While Redis does
+not answer, watch says so on stderr once and keeps polling.`
 
 func newWatchCmd(a *app) *cobra.Command {
 	var (
@@ -77,11 +80,13 @@ type watchEvent struct {
 // watch polls Inspect until ctx ends, printing the lock each time its state
 // (see watchState) differs from the last one printed.
 func (a *app) watch(ctx context.Context, name string, interval time.Duration, output string) error {
-	c, _, closeAll, err := a.locker()
+	c, rdb, closeAll, err := a.locker()
 	if err != nil {
 		return err
 	}
 	defer closeAll()
+	changed, stopNotify := keyspaceChanges(ctx, rdb, a.conn.prefix, name)
+	defer stopNotify()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	last, failing := "", false
@@ -117,8 +122,52 @@ func (a *app) watch(ctx context.Context, name string, interval time.Duration, ou
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-changed:
 		}
 	}
+}
+
+// keyspaceChanges subscribes to the keyspace notifications of name's keys,
+// when the server sends them, and returns a channel that has a value after
+// any of them changed: several changes before the next poll make one poll.
+// It returns a nil channel (never ready) when the server sends none or will
+// not say; polling at the interval then is all there is.
+func keyspaceChanges(ctx context.Context, rdb redis.UniversalClient, prefix, name string) (<-chan struct{}, func()) {
+	flags, err := rdb.ConfigGet(ctx, "notify-keyspace-events").Result()
+	if err != nil || !strings.Contains(flags["notify-keyspace-events"], "K") {
+		return nil, func() {}
+	}
+	// Every key of the lock starts with prefix{name}: the hash tag also
+	// puts the pattern on the lock's node in a Cluster, which is where its
+	// notifications are sent. Any database: a few extra polls at most.
+	ps := rdb.PSubscribe(ctx, "__keyspace@*__:"+globEscape(prefix+"{"+name+"}")+"*")
+	changed := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range ps.Channel() {
+			select {
+			case changed <- struct{}{}:
+			default: // a poll is due already
+			}
+		}
+	}()
+	return changed, func() {
+		_ = ps.Close() // closes ps.Channel(), which ends the goroutine
+		<-done
+	}
+}
+
+// globEscape quotes the characters PSUBSCRIBE's patterns give a meaning.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // watchState is what a change is: who holds the lock with which fence and

@@ -232,3 +232,40 @@ func TestWatchSurvivesRedisRestart(t *testing.T) {
 		t.Fatalf("exit %d; stderr: %s", code, b.stderr.String())
 	}
 }
+
+// With keyspace notifications on, watch sees a change at once, not at its
+// next poll: the interval here is far longer than the test waits.
+func TestWatchKeyspaceNotifications(t *testing.T) {
+	srv := redistest.Start(t, "--notify-keyspace-events", "KA")
+	const name = "notified*[x]" // glob characters, escaped in the pattern
+	b, lines := startLines(t, srv, "watch", "--interval", "1m", name)
+	if line := nextLine(t, b, lines, 10*time.Second); !strings.Contains(line, "free") {
+		t.Fatalf("first line %q, want free", line)
+	}
+	c := ownerClient(t, srv.Client(t), "quick")
+	// The subscription is set up after the first poll: wait until it is.
+	waitFor(t, "watch's PSUBSCRIBE", func() bool {
+		return srv.Client(t).PubSubNumPat(context.Background()).Val() == 1
+	})
+	l, err := c.Acquire(context.Background(), name, dlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line := nextLine(t, b, lines, 3*time.Second); !strings.Contains(line, `write "quick" fence `+itoa(l.Fence())) {
+		t.Fatalf("line %q, want the new holder", line)
+	}
+	_ = l.Release(context.Background())
+	if line := nextLine(t, b, lines, 3*time.Second); !strings.Contains(line, "free") {
+		t.Fatalf("line %q, want free", line)
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	if code := b.wait(t, 10*time.Second); code != exitOK {
+		t.Fatalf("exit %d; stderr: %s", code, b.stderr.String())
+	}
+}
+
+func TestGlobEscape(t *testing.T) {
+	if got, want := globEscape(`dlock:{a*b?[c]\}`), `dlock:{a\*b\?\[c\]\\}`; got != want {
+		t.Fatalf("globEscape = %q, want %q", got, want)
+	}
+}
