@@ -137,9 +137,11 @@ func keyspaceChanges(ctx context.Context, rdb redis.UniversalClient, prefix, nam
 	if err != nil || !strings.Contains(flags["notify-keyspace-events"], "K") {
 		return nil, func() {}
 	}
-	// Every key of the lock starts with prefix{name}: the hash tag also
-	// puts the pattern on the lock's node in a Cluster, which is where its
-	// notifications are sent. Any database: a few extra polls at most.
+	// Every key of the lock starts with prefix{name}. In a Cluster go-redis
+	// subscribes on the node of the pattern's hash tag, the lock's node,
+	// where its notifications are sent; not for a name with glob
+	// characters, whose escaped tag hashes elsewhere: the interval alone
+	// then. Any database: a few extra polls at most.
 	ps := rdb.PSubscribe(ctx, "__keyspace@*__:"+globEscape(prefix+"{"+name+"}")+"*")
 	changed := make(chan struct{}, 1)
 	done := make(chan struct{})

@@ -269,3 +269,38 @@ func TestGlobEscape(t *testing.T) {
 		t.Fatalf("globEscape = %q, want %q", got, want)
 	}
 }
+
+// In a Cluster the subscription goes to the lock's node, where its
+// notifications are.
+func TestWatchKeyspaceNotificationsCluster(t *testing.T) {
+	cs := redistest.StartCluster(t, redistest.WithReplicas(0), redistest.WithServerArgs("--notify-keyspace-events", "KA"))
+	var conn []string
+	for _, a := range cs.Addrs {
+		conn = append(conn, "--addr", a)
+	}
+	cc := cs.ClusterClient(t)
+	c := ownerClient(t, cc, "clustered")
+	for _, name := range []string{"n1", "n2", "n3", "n4"} { // over several nodes
+		b, lines := startLines(t, nil, append(conn, "watch", "--interval", "1m", name)...)
+		if line := nextLine(t, b, lines, 10*time.Second); !strings.Contains(line, "free") {
+			t.Fatalf("first line %q, want free", line)
+		}
+		node, err := cc.MasterForKey(context.Background(), lockKey(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "watch's PSUBSCRIBE on the lock's node", func() bool {
+			return node.PubSubNumPat(context.Background()).Val() == 1
+		})
+		l, err := c.Acquire(context.Background(), name, dlock.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line := nextLine(t, b, lines, 3*time.Second); !strings.Contains(line, `write "clustered" fence `+itoa(l.Fence())) {
+			t.Fatalf("%s: line %q, want the new holder", name, line)
+		}
+		_ = l.Release(context.Background())
+		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+		b.wait(t, 10*time.Second)
+	}
+}
