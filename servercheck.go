@@ -6,29 +6,28 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/serverreq"
 )
 
-// Oldest servers dlock works with, by redis_version (Valkey and KeyDB report
-// one too).
+// What dlock needs of a server lives in serverreq, which dlock doctor
+// reports from too.
 var (
-	// minVersion: the scripts read TIME before they write, which Redis
-	// refuses under verbatim script replication; effects replication, which
-	// allows it, is the default from 5.0 on.
-	minVersion = [2]int{5, 0}
-	// minClusterVersion: in a Cluster, hand-offs go over shard channels
-	// (SPUBLISH, SSUBSCRIBE), which came in 7.0.
-	minClusterVersion = [2]int{7, 0}
+	minVersion        = serverreq.Min
+	minClusterVersion = serverreq.MinCluster
+	parseVersion      = serverreq.Parse
+	older             = serverreq.Older
+	evictionRisk      = serverreq.EvictionRisk
 )
 
 // evictionFix is the command that makes Redis keep every lock until its TTL.
-const evictionFix = "CONFIG SET maxmemory-policy noeviction"
+const evictionFix = serverreq.EvictionFix
 
 // serverCheck is the state of checkServer; its zero value is ready. verdict
 // is the fast path that every acquisition reads; mu guards running only.
@@ -261,61 +260,13 @@ func checkVersion(version, addr string, cluster bool) error {
 	}
 	switch {
 	case cluster && older(v, minClusterVersion):
-		return fmt.Errorf("%w: redis_version %s%s; a Redis Cluster needs %d.%d or newer (lock hand-offs use the shard channels SPUBLISH and SSUBSCRIBE)",
-			ErrUnsupportedServer, version, at, minClusterVersion[0], minClusterVersion[1])
+		return fmt.Errorf("%w: redis_version %s%s; a Redis Cluster needs %d.%d or newer (%s)",
+			ErrUnsupportedServer, version, at, minClusterVersion[0], minClusterVersion[1], serverreq.WhyMinCluster)
 	case older(v, minVersion):
-		return fmt.Errorf("%w: redis_version %s%s; dlock needs %d.%d or newer (its scripts read TIME before writing, which Redis allows by default from 5.0 on)",
-			ErrUnsupportedServer, version, at, minVersion[0], minVersion[1])
+		return fmt.Errorf("%w: redis_version %s%s; dlock needs %d.%d or newer (%s)",
+			ErrUnsupportedServer, version, at, minVersion[0], minVersion[1], serverreq.WhyMin)
 	}
 	return nil
-}
-
-// older reports whether v is older than major.minor m.
-func older(v [3]int, m [2]int) bool {
-	return v[0] < m[0] || (v[0] == m[0] && v[1] < m[1])
-}
-
-// parseVersion reads "major.minor" or "major.minor.patch", allowing a
-// suffix after the last number ("7.2.4-rc1"). Anything else, a major alone
-// included, is not a version.
-func parseVersion(s string) (v [3]int, ok bool) {
-	rest := strings.TrimSpace(s)
-	for i := range v {
-		digits := len(rest) - len(strings.TrimLeft(rest, "0123456789"))
-		if digits == 0 || digits > 9 { // 9 digits cannot overflow an int
-			return v, false
-		}
-		v[i], _ = strconv.Atoi(rest[:digits])
-		rest = rest[digits:]
-		if i == 2 || !strings.HasPrefix(rest, ".") {
-			return v, i > 0 && !strings.HasPrefix(rest, ".")
-		}
-		rest = rest[1:]
-	}
-	return v, false
-}
-
-// evictionRisk tells whether a server with the given maxmemory-policy may
-// evict held locks, and why, in a sentence a user can act on. Every lock key
-// has a TTL, so volatile-* policies may pick it as readily as allkeys-*: an
-// evicted lock is free, and a second client takes it while the first still
-// believes it holds it. noeviction makes writes fail instead, loudly. An
-// empty policy (unknown) carries no risk that can be named.
-func evictionRisk(policy string) (string, bool) {
-	p := strings.ToLower(strings.TrimSpace(policy))
-	var why string
-	switch {
-	case p == "" || p == "noeviction":
-		return "", false
-	case strings.HasPrefix(p, "volatile-"):
-		why = "evicts keys that have a TTL when memory is full, and every lock key has one"
-	case strings.HasPrefix(p, "allkeys-"):
-		why = "evicts any key when memory is full, lock keys included"
-	default:
-		why = "is not noeviction, so Redis may evict keys when memory is full, lock keys included"
-	}
-	return fmt.Sprintf("maxmemory-policy %s %s: an evicted lock is free, and a second client can take it while the first still holds it. Run %s (and set it in redis.conf or the provider's parameter group)",
-		policy, why, evictionFix), true
 }
 
 // warnEviction logs, through the client's logger, one warning for all the

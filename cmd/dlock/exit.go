@@ -16,9 +16,9 @@ const (
 	exitConflict   = 1 // the lock is busy (run; -E changes it), or a force-unlock was declined
 	exitUsage      = 2 // bad flags or arguments; unlock without --force
 	exitRedis      = 3 // Redis unreachable or answered with an error
-	exitLost       = 4 // the lock was lost while the command ran; the command was stopped
+	exitLost       = 4 // the lock was lost while the command ran (run) or while held (lock)
 	exitNotFound   = 5 // inspect/unlock: no such lock, or it changed hands
-	exitViolations = 6 // torture: the history broke the lock's contract
+	exitViolations = 6 // torture: the history broke the lock's contract; doctor: a check failed
 	exitNoExec     = 126
 	exitNoCmd      = 127
 	exitSignal     = 128 // plus the signal's number
@@ -27,16 +27,18 @@ const (
 // exitCodesHelp is the table shown by `dlock help`; README.md repeats it.
 const exitCodesHelp = `Exit codes:
   0        success; for run: the command's own exit code is passed through
-  1        run: the lock is busy (change it with -E/--conflict-exit-code);
-           unlock: you declined to force the lock
+  1        run, lock: the lock is busy (run: change it with
+           -E/--conflict-exit-code); unlock: you declined to force the lock
   2        usage error (bad flag or argument; unlock without --force)
   3        Redis unreachable or Redis error
-  4        run: the lock was lost while the command ran; the command was stopped
+  4        run: the lock was lost while the command ran; the command was stopped;
+           lock: the lock was lost while held
   5        inspect/unlock: the lock is not held, or changed hands meanwhile
-  6        torture: the run found violations of the lock's contract
+  6        torture: the run found violations of the lock's contract;
+           doctor: a check failed
   126/127  run: the command could not be executed / was not found
   128+N    run: the command died of signal N, or dlock got signal N
-           before the command started`
+           before the command started; lock: signal N while waiting`
 
 // usageError is a mistake in the command line: exit code 2, and a hint to
 // read the command's help.

@@ -59,6 +59,9 @@ the Go library github.com/dlock-go/dlock takes, from the shell.
   dlock list                                   locks held now
   dlock inspect nightly-report                 who holds it, since when
   dlock unlock --force nightly-report          break a stuck lock (dangerous)
+  dlock lock nightly-report                    take a lock, hold it until Ctrl-C
+  dlock watch nightly-report                   follow its holder and its waiters
+  dlock doctor                                 is this Redis fit to keep locks?
   dlock serve --listen 127.0.0.1:7480          admin page, JSON API, /metrics
   dlock demo                                   naive lock vs dlock, for real
   dlock torture -u redis://host:6379/15        dlock under faults, on your Redis
@@ -118,6 +121,9 @@ func newRootCmd(a *app) *cobra.Command {
 		newDemoCmd(a),
 		newDemoWorkerCmd(a),
 		newTortureCmd(a),
+		newLockCmd(a),
+		newWatchCmd(a),
+		newDoctorCmd(a),
 	)
 	return root
 }

@@ -1,0 +1,80 @@
+// Package serverreq is what dlock needs of a Redis server: the oldest
+// versions it works with and the memory policy that keeps locks, with the
+// reasons. The library checks them at first use (servercheck.go) and
+// dlock doctor reports them; both read them here so they cannot drift.
+package serverreq
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Oldest servers dlock works with, by redis_version (Valkey and KeyDB report
+// one too).
+var (
+	// Min: the scripts read TIME before they write, which Redis refuses
+	// under verbatim script replication; effects replication, which allows
+	// it, is the default from 5.0 on.
+	Min = [2]int{5, 0}
+	// MinCluster: in a Cluster, hand-offs go over shard channels
+	// (SPUBLISH, SSUBSCRIBE), which came in 7.0.
+	MinCluster = [2]int{7, 0}
+)
+
+// Why the minimums are what they are, for messages.
+const (
+	WhyMin        = "its scripts read TIME before writing, which Redis allows by default from 5.0 on"
+	WhyMinCluster = "lock hand-offs use the shard channels SPUBLISH and SSUBSCRIBE"
+)
+
+// EvictionFix is the command that makes Redis keep every lock until its TTL.
+const EvictionFix = "CONFIG SET maxmemory-policy noeviction"
+
+// Older reports whether v is older than major.minor m.
+func Older(v [3]int, m [2]int) bool {
+	return v[0] < m[0] || (v[0] == m[0] && v[1] < m[1])
+}
+
+// Parse reads "major.minor" or "major.minor.patch", allowing a suffix after
+// the last number ("7.2.4-rc1"). Anything else, a major alone included, is
+// not a version.
+func Parse(s string) (v [3]int, ok bool) {
+	rest := strings.TrimSpace(s)
+	for i := range v {
+		digits := len(rest) - len(strings.TrimLeft(rest, "0123456789"))
+		if digits == 0 || digits > 9 { // 9 digits cannot overflow an int
+			return v, false
+		}
+		v[i], _ = strconv.Atoi(rest[:digits])
+		rest = rest[digits:]
+		if i == 2 || !strings.HasPrefix(rest, ".") {
+			return v, i > 0 && !strings.HasPrefix(rest, ".")
+		}
+		rest = rest[1:]
+	}
+	return v, false
+}
+
+// EvictionRisk tells whether a server with the given maxmemory-policy may
+// evict held locks, and why, in a sentence a user can act on. Every lock key
+// has a TTL, so volatile-* policies may pick it as readily as allkeys-*: an
+// evicted lock is free, and a second client takes it while the first still
+// believes it holds it. noeviction makes writes fail instead, loudly. An
+// empty policy (unknown) carries no risk that can be named.
+func EvictionRisk(policy string) (string, bool) {
+	p := strings.ToLower(strings.TrimSpace(policy))
+	var why string
+	switch {
+	case p == "" || p == "noeviction":
+		return "", false
+	case strings.HasPrefix(p, "volatile-"):
+		why = "evicts keys that have a TTL when memory is full, and every lock key has one"
+	case strings.HasPrefix(p, "allkeys-"):
+		why = "evicts any key when memory is full, lock keys included"
+	default:
+		why = "is not noeviction, so Redis may evict keys when memory is full, lock keys included"
+	}
+	return fmt.Sprintf("maxmemory-policy %s %s: an evicted lock is free, and a second client can take it while the first still holds it. Run %s (and set it in redis.conf or the provider's parameter group)",
+		policy, why, EvictionFix), true
+}
