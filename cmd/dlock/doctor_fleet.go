@@ -102,7 +102,7 @@ func (d *doctorRun) checkClusterNode(n dataNode) {
 // checkClient states the go-redis settings that matter for locks: what
 // this command uses, and what services should.
 func (d *doctorRun) checkClient() {
-	msg := fmt.Sprintf("this command connects with ContextTimeoutEnabled true and --timeout %v for dial, read and write. In services: ContextTimeoutEnabled: true (without it go-redis ignores a context's deadline on reads, and a renewal stuck on a dead connection can outlive the lease)", d.a.conn.timeout)
+	msg := fmt.Sprintf("this command connects with ContextTimeoutEnabled true and --timeout %v for dial, read and write. In services: ContextTimeoutEnabled: true (without it go-redis ignores a context's deadline on reads, so a call on a dead connection waits for ReadTimeout whatever its deadline; the lock's own deadline timer does not depend on it)", d.a.conn.timeout)
 	if d.cluster != nil {
 		msg += "; ClusterStateReloadInterval of a few seconds (go-redis' default 60s: after a failover the client keeps dialing the dead primary until then, and renewals of its locks fail)"
 	}
