@@ -1,0 +1,52 @@
+package dlockprom_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlockprom"
+)
+
+// A FleetCollector shows the locks every process holds in Redis, not only
+// this one's: here two workers hold shipments and a third waits. One
+// service (or `dlock serve`) registers it; the figures are read from Redis
+// when Prometheus scrapes, at most once per cache TTL.
+func ExampleNewFleetCollector() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	// The workers: other processes in real life.
+	worker := dlock.MustNew(rdb, dlock.WithPrefix("example-fleet:"))
+	defer worker.Close(ctx)
+	for _, name := range []string{"shipment:1", "shipment:2", "leader"} {
+		if _, err := worker.TryAcquire(ctx, name); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	// The service that exports the fleet: its own Client, same prefix.
+	client := dlock.MustNew(rdb, dlock.WithPrefix("example-fleet:"))
+	defer client.Close(ctx)
+	fc, err := dlockprom.NewFleetCollector(client,
+		dlockprom.WithCacheTTL(10*time.Second),
+		dlockprom.WithScanBudget(50_000, 2*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(fc)
+
+	// printSamples leaves out zeros: dlock_fleet_truncated is 0, the
+	// listing saw the whole keyspace.
+	printSamples(reg, "dlock_fleet_locks", "dlock_fleet_truncated", "dlock_fleet_scans_total")
+	// Output:
+	// dlock_fleet_locks{group="leader",kind="exclusive"} 1
+	// dlock_fleet_locks{group="shipment",kind="exclusive"} 2
+	// dlock_fleet_scans_total 1
+}
