@@ -153,9 +153,9 @@ func TestUnknownFindsWrongNames(t *testing.T) {
 	p := parser.NewParser(parser.Options{})
 	for expr, want := range map[string]string{
 		`rate(dlock_locks_lost_total[5m])`:                         `metric "dlock_locks_lost_total"`,
-		`histogram_quantile(0.9, rate(dlock_hold_seconds[5m]))`:   `metric "dlock_hold_seconds"`,
-		`sum(dlock_acquire_total{outcome="acquired"})`:            `label outcome of dlock_acquire_total`,
-		`sum(dlock_acquire_total{result="acquird"})`:              `result="acquird" of dlock_acquire_total`,
+		`histogram_quantile(0.9, rate(dlock_hold_seconds[5m]))`:    `metric "dlock_hold_seconds"`,
+		`sum(dlock_acquire_total{outcome="acquired"})`:             `label outcome of dlock_acquire_total`,
+		`sum(dlock_acquire_total{result="acquird"})`:               `result="acquird" of dlock_acquire_total`,
 		`max by (group) (dlock_fleet_locks{kind="exclusive"}) > 1`: ``,
 	} {
 		bad, err := unknown(p, expr, ex)
