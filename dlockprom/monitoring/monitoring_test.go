@@ -121,7 +121,7 @@ func unknown(p parser.Parser, expr string, ex series) ([]string, error) {
 	for _, sel := range parser.ExtractSelectors(e) {
 		var name string
 		for _, m := range sel {
-			if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+			if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 				name = m.Value
 			}
 		}
@@ -131,7 +131,7 @@ func unknown(p parser.Parser, expr string, ex series) ([]string, error) {
 			continue
 		}
 		for _, m := range sel {
-			if m.Name == labels.MetricName || targetLabels[m.Name] {
+			if m.Name == model.MetricNameLabel || targetLabels[m.Name] {
 				continue
 			}
 			values, ok := got[m.Name]
