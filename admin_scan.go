@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -167,29 +168,52 @@ func (w *scanWalk) node(node redis.UniversalClient) error {
 	}
 }
 
-// flush reads the names gathered so far and hands the held ones to fn.
+// flush reads the names gathered so far, in pipelines of up to 200 names,
+// and hands the held ones of each to fn.
 func (w *scanWalk) flush() error {
-	var infos []LockInfo
-	if len(w.names) > 0 {
-		got, err := w.c.inspect(w.ctx, w.names)
-		if err != nil {
-			return err
+	for _, batch := range []struct {
+		read  func(context.Context, []string) ([]LockInfo, error)
+		names []string
+	}{{w.c.inspect, w.names}, {w.c.semInspect, w.sems}} {
+		for names := range slices.Chunk(batch.names, 200) {
+			infos, err := readBatch(w.ctx, batch.read, names)
+			if err != nil {
+				return err
+			}
+			if len(infos) > 0 {
+				w.st.Locks += len(infos)
+				if w.fn != nil {
+					w.fn(infos)
+				}
+			}
 		}
-		infos = append(infos, got...)
-	}
-	if len(w.sems) > 0 {
-		got, err := w.c.semInspect(w.ctx, w.sems)
-		if err != nil {
-			return err
-		}
-		infos = append(infos, got...)
 	}
 	w.names, w.sems = w.names[:0], w.sems[:0]
-	if len(infos) > 0 {
-		w.st.Locks += len(infos)
-		if w.fn != nil {
-			w.fn(infos)
-		}
-	}
 	return nil
+}
+
+// readBatch reads names with read (inspect or semInspect) in one pipeline.
+// A key of another type under the prefix (SCAN has no TYPE filter here, see
+// Scan) fails the whole pipeline with WRONGTYPE: then the names are read one
+// by one and that key is left out, as List leaves it out.
+func readBatch(ctx context.Context, read func(context.Context, []string) ([]LockInfo, error), names []string) ([]LockInfo, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	infos, err := read(ctx, names)
+	if !errors.Is(err, ErrWrongType) {
+		return infos, err
+	}
+	infos = infos[:0]
+	for _, name := range names {
+		got, err := read(ctx, []string{name})
+		if errors.Is(err, ErrWrongType) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		infos = append(infos, got...)
+	}
+	return infos, nil
 }
