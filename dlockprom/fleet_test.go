@@ -431,3 +431,35 @@ func TestNewFleetCollectorBadOptions(t *testing.T) {
 		})
 	}
 }
+
+// A Redis that stopped answering (SIGSTOP) holds no scrape past the time
+// bound, concurrent ones included: the listing ends at its bound, counted
+// as an error (not even the first reply came back).
+func TestFleetScrapeDoesNotHang(t *testing.T) {
+	srv := redistest.Start(t)
+	holdKnownSet(t, srv)
+	f := newFleet(t, srv, dlockprom.WithCacheTTL(0), dlockprom.WithScanBudget(0, 500*time.Millisecond))
+	gather(t, f.reg) // connections made while Redis answered
+	srv.Pause()
+	defer srv.Resume()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := f.reg.Gather(); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Errorf("3 scrapes of a stopped Redis took %v with a time bound of 500ms", took)
+	}
+	fams := gather(t, f.reg)
+	if got := fams.value(t, "dlock_fleet_scan_errors_total", ""); got < 1 {
+		t.Errorf("dlock_fleet_scan_errors_total = %v, want at least 1", got)
+	}
+	fams.expect(t, map[string]float64{`dlock_fleet_truncated`: 1})
+}
