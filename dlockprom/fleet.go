@@ -292,9 +292,18 @@ func (f *FleetCollector) figures() *fleetFigures {
 }
 
 // list walks the fleet once.
-func (f *FleetCollector) list() *fleetFigures {
+func (f *FleetCollector) list() (fig *fleetFigures) {
 	start := f.now()
 	f.listings.Inc()
+	// The registry collects in goroutines of its own, where a panic (in
+	// the caller's grouping function) would end the process: report it
+	// as a failed listing instead.
+	defer func() {
+		if r := recover(); r != nil {
+			f.errors.Inc()
+			fig = &fleetFigures{truncated: true, took: f.now().Sub(start), at: f.now()}
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.maxTime)
 	defer cancel()
 	counts := map[groupKind]*groupFigures{}

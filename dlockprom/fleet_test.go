@@ -463,3 +463,13 @@ func TestFleetScrapeDoesNotHang(t *testing.T) {
 	}
 	fams.expect(t, map[string]float64{`dlock_fleet_truncated`: 1})
 }
+
+// A grouping function that panics fails the listing, counted, rather than
+// the process (the registry collects in goroutines of its own).
+func TestFleetGroupPanic(t *testing.T) {
+	srv := redistest.Start(t)
+	holdKnownSet(t, srv)
+	f := newFleet(t, srv, dlockprom.WithGroups(func(name string) string { panic("bad grouping") }, 10))
+	gather(t, f.reg).expect(t, map[string]float64{`dlock_fleet_truncated`: 1, `dlock_fleet_scan_errors_total`: 1})
+	gather(t, f.reg) // answered from the cache, not stuck behind the failed listing
+}
