@@ -295,8 +295,8 @@ func (f *FleetCollector) figures() *fleetFigures {
 func (f *FleetCollector) list() (fig *fleetFigures) {
 	start := f.now()
 	f.listings.Inc()
-	// The registry collects in goroutines of its own, where a panic (in
-	// the caller's grouping function) would end the process: report it
+	// A panic (in the caller's grouping function) would fail the whole
+	// Gather, every collector's metrics lost with the fleet's: report it
 	// as a failed listing instead.
 	defer func() {
 		if r := recover(); r != nil {

@@ -465,7 +465,7 @@ func TestFleetScrapeDoesNotHang(t *testing.T) {
 }
 
 // A grouping function that panics fails the listing, counted, rather than
-// the process (the registry collects in goroutines of its own).
+// the whole scrape.
 func TestFleetGroupPanic(t *testing.T) {
 	srv := redistest.Start(t)
 	holdKnownSet(t, srv)
