@@ -94,9 +94,13 @@ func (c *Client) Scan(ctx context.Context, opts ScanOptions, fn func([]LockInfo)
 		w.st.Truncated, err = true, w.flush()
 	}
 	if err != nil {
-		if ctx.Err() != nil {
+		if cerr := ctx.Err(); cerr != nil {
 			w.st.Truncated = true
-			err = errors.Join(err, ctx.Err())
+			// go-redis may report a deadline as a network timeout:
+			// keep ctx's error matchable either way.
+			if !errors.Is(err, cerr) {
+				err = errors.Join(err, cerr)
+			}
 		}
 		return w.st, opError("scan", "", fmt.Errorf("pattern %q: %w", match, redisError(err)))
 	}
