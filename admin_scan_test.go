@@ -168,3 +168,53 @@ func ExampleClient_Scan() {
 	fmt.Println("invoices held:", held, "complete:", !st.Truncated)
 	// Output: invoices held: 2 complete: true
 }
+
+// Brief counts the waiters of each kind as the full read does, without
+// their entries.
+func TestScanBrief(t *testing.T) {
+	c, rdb, _ := setup(t, dlock.WithOwner("holder"))
+	waiter := newLocker(t, rdb, dlock.WithOwner("waiter"))
+	mustAcquire(t, c, "order:1")
+	mustAcquire(t, c, "pool", dlock.Permits(1))
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan struct{}, 2)
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		<-done
+	})
+	for _, w := range []struct {
+		name string
+		opts []dlock.AcquireOption
+	}{{"order:1", nil}, {"pool", []dlock.AcquireOption{dlock.Permits(1)}}} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			if l, err := waiter.Acquire(ctx, w.name, append(w.opts, dlock.WithWait(time.Minute))...); err == nil {
+				_ = l.Release(bg)
+			}
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		full, _, _, err := scanAll(t, c, dlock.ScanOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(full["order:1"].Queue) == 1 && len(full["pool"].Queue) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiters never in line: %+v", full)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	brief, _, _, err := scanAll(t, c, dlock.ScanOptions{Brief: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"order:1", "pool"} {
+		if b := brief[name]; b.Waiters != 1 || b.Queue != nil || b.Owner == "" {
+			t.Errorf("brief %s: waiters %d, queue %v, owner %q; want 1 waiter, no queue, the holder", name, b.Waiters, b.Queue, b.Owner)
+		}
+	}
+}

@@ -93,11 +93,12 @@
 // what it read with dlock_fleet_truncated 1. Its figures answer every scrape
 // for a few seconds (WithCacheTTL; default 5 s). And scrapes that arrive
 // during a listing wait for it instead of starting another. A listing costs
-// one SCAN per 1,000 keys (each holds Redis for about 1 ms) and five
-// commands per lock held, pipelined 200 locks at a time. Against a local
-// redis-server (BenchmarkFleetScrape) one listing took 1 ms of wall time
-// with 100 locks held, 11 ms with 1,000 and 130 ms with 10,000, of which
-// Redis itself spent 0.2 ms, 2.5 ms and 44 ms: with the default cache, under
+// one SCAN per 1,000 keys (each holds Redis for about 1 ms) and three
+// commands per lock held, pipelined 200 locks at a time; waiters are
+// counted, not read (Client.Scan's Brief). Against a local redis-server
+// (BenchmarkFleetScrape) one listing took 1 ms of wall time with 100 locks
+// held, 11 ms with 1,000 and 130 to 160 ms with 10,000, of which Redis
+// itself spent 0.2 ms, 2.5 ms and 45 to 50 ms: with the default cache, about
 // 1% of one Redis core for 10,000 locks.
 //
 // # Alerts and dashboard

@@ -307,7 +307,7 @@ func (f *FleetCollector) list() (fig *fleetFigures) {
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.maxTime)
 	defer cancel()
 	counts := map[groupKind]*groupFigures{}
-	st, err := f.client.Scan(ctx, dlock.ScanOptions{Match: f.cfg.match, MaxKeys: f.cfg.maxKeys}, func(infos []dlock.LockInfo) {
+	st, err := f.client.Scan(ctx, dlock.ScanOptions{Match: f.cfg.match, MaxKeys: f.cfg.maxKeys, Brief: true}, func(infos []dlock.LockInfo) {
 		for _, info := range infos {
 			k := groupKind{group: f.group(info.Name), kind: info.Kind}
 			g := counts[k]
