@@ -62,7 +62,6 @@ func GroupBeforeColon(name string) string {
 type FleetCollector struct {
 	client *dlock.Client
 	cfg    fleetConfig
-	now    func() time.Time
 
 	locks, holders, waiters, oldest *prometheus.Desc
 	truncated, examined, duration   *prometheus.Desc
@@ -195,7 +194,7 @@ func NewFleetCollector(client *dlock.Client, opts ...Option) (*FleetCollector, e
 		})
 	}
 	return &FleetCollector{
-		client: client, cfg: fc, now: time.Now,
+		client: client, cfg: fc,
 		locks: desc("fleet_locks",
 			"Names held in Redis now, by group of names and kind (exclusive, shared, semaphore).", "group", "kind"),
 		holders: desc("fleet_holders",
@@ -266,7 +265,7 @@ func (f *FleetCollector) Collect(ch chan<- prometheus.Metric) {
 // the wait for it is too.
 func (f *FleetCollector) figures() *fleetFigures {
 	f.mu.Lock()
-	if f.last != nil && f.now().Sub(f.lastAt) < f.cfg.ttl {
+	if f.last != nil && time.Now().Sub(f.lastAt) < f.cfg.ttl {
 		fig := f.last
 		f.mu.Unlock()
 		return fig
@@ -276,14 +275,14 @@ func (f *FleetCollector) figures() *fleetFigures {
 		<-fl.done
 		return fl.figures
 	}
-	fl := &flight{done: make(chan struct{}), figures: &fleetFigures{truncated: true, at: f.now()}}
+	fl := &flight{done: make(chan struct{}), figures: &fleetFigures{truncated: true, at: time.Now()}}
 	f.inflight = fl
 	f.mu.Unlock()
 	// Deferred, so that a panic in the caller's grouping function cannot
 	// leave the scrapes waiting on this listing stuck for ever.
 	defer func() {
 		f.mu.Lock()
-		f.last, f.lastAt, f.inflight = fl.figures, f.now(), nil
+		f.last, f.lastAt, f.inflight = fl.figures, time.Now(), nil
 		f.mu.Unlock()
 		close(fl.done)
 	}()
@@ -293,7 +292,7 @@ func (f *FleetCollector) figures() *fleetFigures {
 
 // list walks the fleet once.
 func (f *FleetCollector) list() (fig *fleetFigures) {
-	start := f.now()
+	start := time.Now()
 	f.listings.Inc()
 	// A panic (in the caller's grouping function) would fail the whole
 	// Gather, every collector's metrics lost with the fleet's: report it
@@ -301,7 +300,7 @@ func (f *FleetCollector) list() (fig *fleetFigures) {
 	defer func() {
 		if r := recover(); r != nil {
 			f.errors.Inc()
-			fig = &fleetFigures{truncated: true, took: f.now().Sub(start), at: f.now()}
+			fig = &fleetFigures{truncated: true, took: time.Now().Sub(start), at: time.Now()}
 		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.maxTime)
@@ -335,8 +334,8 @@ func (f *FleetCollector) list() (fig *fleetFigures) {
 	if err != nil && !bounded {
 		f.errors.Inc()
 	}
-	took := f.now().Sub(start)
-	return &fleetFigures{groups: f.cap(counts), truncated: st.Truncated || err != nil, examined: st.Examined, took: took, at: f.now()}
+	took := time.Now().Sub(start)
+	return &fleetFigures{groups: f.cap(counts), truncated: st.Truncated || err != nil, examined: st.Examined, took: took, at: time.Now()}
 }
 
 // holdersOf is the holders of a held name: its readers, its permits, or its
