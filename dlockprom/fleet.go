@@ -19,7 +19,7 @@ import (
 // Defaults of the FleetCollector.
 const (
 	// DefaultCacheTTL is how long one listing of the fleet answers scrapes:
-	// two Prometheis scraping every 15 s, or a scrape and an operator's
+	// two Prometheus servers scraping every 15 s, or a scrape and an operator's
 	// curl, cost one walk of the keyspace, not two.
 	DefaultCacheTTL = 5 * time.Second
 	// DefaultScanMaxKeys bounds the keys one listing looks at (about 100
