@@ -79,7 +79,8 @@
 //	dlock_fleet_scan_duration_seconds         gauge    how long the last listing took
 //	dlock_fleet_scan_timestamp_seconds        gauge    when it ended
 //	dlock_fleet_scans_total                   counter  listings (cached scrapes do not count)
-//	dlock_fleet_scan_errors_total             counter  listings that failed on a Redis error
+//	dlock_fleet_scan_errors_total             counter  listings that failed: a Redis error, or no
+//	                                                   reply at all within the time bound
 //
 // kind is exclusive, shared or semaphore. group is the part of the name
 // before its first ':' by default ("order:42" is in "order"); the 50 groups

@@ -212,7 +212,7 @@ func NewFleetCollector(client *dlock.Client, opts ...Option) (*FleetCollector, e
 		timestamp: desc("fleet_scan_timestamp_seconds",
 			"When the last listing ended (Unix time): the figures are this old, up to the cache TTL."),
 		errors: counter("fleet_scan_errors_total",
-			"Listings of the fleet that failed with an error from Redis (the figures read before it are exported, truncated)."),
+			"Listings of the fleet that failed: an error from Redis, or no reply at all within the time bound (the figures read before are exported, truncated)."),
 		listings: counter("fleet_scans_total",
 			"Listings of the fleet (walks of the keyspace); scrapes answered from the cache do not count."),
 	}, nil
