@@ -265,7 +265,7 @@ func (f *FleetCollector) Collect(ch chan<- prometheus.Metric) {
 // the wait for it is too.
 func (f *FleetCollector) figures() *fleetFigures {
 	f.mu.Lock()
-	if f.last != nil && time.Now().Sub(f.lastAt) < f.cfg.ttl {
+	if f.last != nil && time.Since(f.lastAt) < f.cfg.ttl {
 		fig := f.last
 		f.mu.Unlock()
 		return fig
@@ -300,7 +300,7 @@ func (f *FleetCollector) list() (fig *fleetFigures) {
 	defer func() {
 		if r := recover(); r != nil {
 			f.errors.Inc()
-			fig = &fleetFigures{truncated: true, took: time.Now().Sub(start), at: time.Now()}
+			fig = &fleetFigures{truncated: true, took: time.Since(start), at: time.Now()}
 		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.maxTime)
@@ -334,7 +334,7 @@ func (f *FleetCollector) list() (fig *fleetFigures) {
 	if err != nil && !bounded {
 		f.errors.Inc()
 	}
-	took := time.Now().Sub(start)
+	took := time.Since(start)
 	return &fleetFigures{groups: f.cap(counts), truncated: st.Truncated || err != nil, examined: st.Examined, took: took, at: time.Now()}
 }
 
