@@ -174,6 +174,13 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 // inspect reads the locks of names in one pipeline, leaving out those that
 // are not held (released since a scan saw them).
 func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error) {
+	return c.readLocks(ctx, names, true)
+}
+
+// readLocks is inspect; without queue it leaves out the waiters' entries
+// (LockInfo.Queue), two reads per lock that grow with the line, and counts
+// them only.
+func (c *Client) readLocks(ctx context.Context, names []string, queue bool) ([]LockInfo, error) {
 	type reads struct {
 		k       node.Keys
 		h       *redis.MapStringStringCmd
@@ -187,8 +194,10 @@ func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error
 	rs := make([]reads, len(names))
 	for i, name := range names {
 		k := c.keys(name)
-		rs[i] = reads{k: k, h: pipe.HGetAll(ctx, k.Lock), pttl: pipe.PTTL(ctx, k.Lock), waiters: pipe.ZCard(ctx, k.Queue),
-			line: pipe.ZRange(ctx, k.Queue, 0, maxQueueShown-1), qdata: pipe.HGetAll(ctx, k.QData)}
+		rs[i] = reads{k: k, h: pipe.HGetAll(ctx, k.Lock), pttl: pipe.PTTL(ctx, k.Lock), waiters: pipe.ZCard(ctx, k.Queue)}
+		if queue {
+			rs[i].line, rs[i].qdata = pipe.ZRange(ctx, k.Queue, 0, maxQueueShown-1), pipe.HGetAll(ctx, k.QData)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, redisError(err)
@@ -206,8 +215,10 @@ func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error
 			Name: names[i], Key: r.k.Lock, Owner: f["owner"], Token: f["token"], Fence: fence,
 			Since: time.UnixMilli(since), Lease: time.Duration(lease) * time.Millisecond,
 			TTL: r.pttl.Val(), Waiters: r.waiters.Val(), Kind: KindExclusive,
-			Queue: queueOf(r.line.Val(), r.qdata.Val(), now.Val()),
 		})
+		if queue {
+			infos[len(infos)-1].Queue = queueOf(r.line.Val(), r.qdata.Val(), now.Val())
+		}
 		if f["token"] == node.ReadersMarker {
 			sharedInfo(&infos[len(infos)-1], f, now.Val())
 		}

@@ -29,20 +29,31 @@ func (p PermitInfo) TokenPrefix() string { return LockInfo{Token: p.Token}.Token
 // semInspect reads the semaphores of names in one pipeline, leaving out
 // those with no live permit.
 func (c *Client) semInspect(ctx context.Context, names []string) ([]LockInfo, error) {
+	return c.readSems(ctx, names, true)
+}
+
+// readSems is semInspect; without queue it counts the waiters without
+// reading their entries, as readLocks.
+func (c *Client) readSems(ctx context.Context, names []string, queue bool) ([]LockInfo, error) {
 	type reads struct {
 		k       node.SemKeys
 		permits *redis.ZSliceCmd
 		data    *redis.MapStringStringCmd
 		queue   *redis.ZSliceCmd
 		qdata   *redis.MapStringStringCmd
+		waiters *redis.IntCmd // without queue
 	}
 	pipe := c.rdb.Pipeline()
 	now := pipe.Time(ctx)
 	rs := make([]reads, len(names))
 	for i, name := range names {
 		k := c.keys(name).Sem()
-		rs[i] = reads{k: k, permits: pipe.ZRangeWithScores(ctx, k.Permits, 0, -1), data: pipe.HGetAll(ctx, k.Data),
-			queue: pipe.ZRangeWithScores(ctx, k.Queue, 0, -1), qdata: pipe.HGetAll(ctx, k.QData)}
+		rs[i] = reads{k: k, permits: pipe.ZRangeWithScores(ctx, k.Permits, 0, -1), data: pipe.HGetAll(ctx, k.Data)}
+		if queue {
+			rs[i].queue, rs[i].qdata = pipe.ZRangeWithScores(ctx, k.Queue, 0, -1), pipe.HGetAll(ctx, k.QData)
+		} else {
+			rs[i].waiters = pipe.ZCard(ctx, k.Queue)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, redisError(err)
@@ -72,8 +83,12 @@ func (c *Client) semInspect(ctx context.Context, names []string) ([]LockInfo, er
 			continue
 		}
 		summarize(&info)
-		info.Queue = waitersOf(r.queue.Val(), r.qdata.Val(), nowMS, 4)
-		info.Waiters = int64(len(r.queue.Val()))
+		if queue {
+			info.Queue = waitersOf(r.queue.Val(), r.qdata.Val(), nowMS, 4)
+			info.Waiters = int64(len(r.queue.Val()))
+		} else {
+			info.Waiters = r.waiters.Val()
+		}
 		infos = append(infos, info)
 	}
 	return infos, nil

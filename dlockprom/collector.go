@@ -92,6 +92,7 @@ type config struct {
 	nameOf      func(string) string
 	waitBuckets []float64
 	holdBuckets []float64
+	fleet       fleetConfig // NewFleetCollector's
 }
 
 // WithNamespace puts ns and an underscore before every metric name

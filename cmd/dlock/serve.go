@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"os/signal"
@@ -64,20 +63,14 @@ func (a *app) serve(ctx context.Context, listen, title string) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// What an operator of the whole fleet wants from this process: how many
-	// locks Redis holds now, read at scrape time.
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "dlock_redis_locks_held",
-		Help: "Locks held in Redis under the prefix, counted by SCAN at scrape time (NaN when Redis cannot be read).",
-	}, func() float64 {
-		sctx, cancel := context.WithTimeout(context.Background(), a.conn.timeout)
-		defer cancel()
-		infos, err := c.List(sctx, "", 0)
-		if err != nil {
-			return math.NaN()
-		}
-		return float64(len(infos))
-	}))
+	// What an operator of the whole fleet wants from this process: the
+	// locks every process holds in Redis, read at scrape time within a
+	// budget, cached, one listing at a time.
+	fleet, err := dlockprom.NewFleetCollector(c)
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(fleet)
 
 	opts := []dlockadmin.Option{
 		dlockadmin.WithTitle(title),

@@ -57,9 +57,11 @@ func TestServeListsLocksAndMetrics(t *testing.T) {
 	if code != http.StatusOK || err != nil {
 		t.Fatalf("GET /metrics: %d %v", code, err)
 	}
-	held := families["dlock_redis_locks_held"]
-	if held == nil || held.Metric[0].GetGauge().GetValue() != 1 {
-		t.Fatalf("dlock_redis_locks_held = %v, want 1", held)
+	// The fleet: the lock the other process holds, read from Redis.
+	held := families["dlock_fleet_locks"]
+	if held == nil || len(held.Metric) != 1 || held.Metric[0].GetGauge().GetValue() != 1 ||
+		held.Metric[0].GetLabel()[0].GetValue() != "served-lock" {
+		t.Fatalf("dlock_fleet_locks = %v, want 1 for group served-lock", held)
 	}
 	if families["dlock_acquire_total"] == nil {
 		t.Fatal("no dlock_acquire_total in /metrics")

@@ -27,6 +27,9 @@ var published = []string{".", "dlockgocron", "dlockgrpc", "dlockotel"}
 
 // unpublished are the modules that are never tagged, with the reason.
 var unpublished = map[string]string{
+	"dlockprom/monitoring": "the test of the example alert rules and Grafana dashboard beside it (users copy the two " +
+		"files); a module of its own so that github.com/prometheus/prometheus, which parses the rules, is not a " +
+		"dependency of dlockprom's users",
 	"bench": "a measuring tool run in the repository (make bench); it keeps the zero pseudo-version " +
 		"of dlock so that it can only be built through its replace, against the working tree it measures",
 	"examples/dbtx": "a runnable example (locks and database transactions) whose database drivers stay out of " +
