@@ -102,12 +102,9 @@ func newRootCmd(a *app) *cobra.Command {
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		if cmd.Name() == "run" {
-			return usagef("%v (put -- before the command, so that its flags are not read as dlock's)", err)
-		}
-		return &usageError{err: err}
-	})
+	// run stops reading flags at NAME, so a flag error is always about
+	// dlock's own flags: no hint about "--".
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 	a.conn.register(root.PersistentFlags())
 	root.AddCommand(
 		newRunCmd(a),

@@ -50,6 +50,11 @@ func (o runOptions) acquireOptions() []dlock.AcquireOption {
 const runLong = `Run COMMAND while holding the lock NAME, like flock(1), etcdctl lock and
 consul lock, across machines.
 
+dlock's flags go before NAME. Everything after NAME is COMMAND and its
+arguments, flags included, as with flock: dlock run job cp -n a b runs
+"cp -n a b". A "--" right after NAME (or, with -N, before COMMAND) is
+optional and dropped; a later "--" is COMMAND's.
+
 dlock takes the lock (waiting up to --wait if it is busy), starts COMMAND in
 a process group of its own, renews the lock in the background while it runs
 and releases it when it exits. COMMAND's exit code is dlock's exit code (a
@@ -64,7 +69,7 @@ the lock is released once COMMAND exits (SIGKILL after --kill-grace).
 
 With --name (-N), repeated, dlock takes several locks, all or nothing, in
 a fixed order (sorted), so runs with overlapping names never deadlock; no
-NAME comes before --. DLOCK_NAME then holds the names joined with ",",
+NAME comes before COMMAND then. DLOCK_NAME then holds the names joined with ",",
 DLOCK_FENCE the first name's fence and DLOCK_FENCES every name's fence, in
 the same order; losing any of the locks stops COMMAND.
 
@@ -90,7 +95,7 @@ readers cannot starve a writer; --skip-waiting-writers lifts that.`
 func newRunCmd(a *app) *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run [flags] NAME -- COMMAND [ARGS...]\n  dlock run [flags] -N NAME [-N NAME]... -- COMMAND [ARGS...]",
+		Use:   "run [flags] NAME [--] COMMAND [ARGS...]\n  dlock run [flags] -N NAME [-N NAME]... [--] COMMAND [ARGS...]",
 		Short: "Run a command while holding a lock",
 		Long:  runLong,
 		Example: `  dlock run --ttl 1m nightly-report -- ./report.sh --full
@@ -121,6 +126,8 @@ func newRunCmd(a *app) *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
+	// Parsing stops at NAME: the rest is COMMAND's (see splitRunArgs).
+	fs.SetInterspersed(false)
 	fs.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease: how long the lock outlives a dlock that died; renewed every ttl/3")
 	fs.DurationVarP(&o.wait, "wait", "w", dlock.DefaultWait, "how long to wait for a busy lock; 0 is a single attempt")
 	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "fail at once when the lock is busy (--wait 0)")
@@ -132,34 +139,52 @@ func newRunCmd(a *app) *cobra.Command {
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default host/pid command)")
 	// A repeated flag, not NAME,NAME: names may contain commas, and a flag
 	// cannot eat COMMAND's arguments.
-	fs.StringArrayVarP(&o.names, "name", "N", nil, "a lock to take; repeat for several, taken all or nothing (no NAME before -- then)")
+	fs.StringArrayVarP(&o.names, "name", "N", nil, "a lock to take; repeat for several, taken all or nothing (no NAME before COMMAND then)")
 	fs.IntVar(&o.permits, "permits", 0, "take one of N permits of NAME (a semaphore, as consul lock -n): at most N commands run at once")
 	return cmd
 }
 
-// splitRunArgs takes NAME and COMMAND apart. dash is the number of
-// arguments before "--", or -1 without one. Without "--" the command starts
-// after NAME; "--" is still needed when the command has flags. With
-// --name, flagged are the names and every argument is COMMAND's.
+// splitRunArgs takes NAME and COMMAND apart. Flags are parsed up to the
+// first argument that is not one (SetInterspersed(false)), as flock(1) and
+// etcdctl lock do: everything after NAME is COMMAND's, its flags and any
+// "--" included, so `dlock run job cp -n a b` cannot read -n as its own.
+// dash is the number of arguments before a "--" that pflag consumed, which
+// can only be one that came before any argument: 0, or -1 without one. A
+// "--" right after NAME is dlock's and dropped. With --name, flagged are the
+// names and every argument is COMMAND's.
 func splitRunArgs(dash int, args, flagged []string) ([]string, []string, error) {
+	var names, argv []string
 	if len(flagged) > 0 {
 		switch {
-		case dash > 0:
-			return nil, nil, usagef("run takes its locks from --name or from one NAME before --, not both: got %q before --", args[:dash])
 		case len(args) == 0:
-			return nil, nil, usagef("run needs a COMMAND: dlock run -N NAME [-N NAME]... -- COMMAND [ARGS...]")
+			return nil, nil, usagef("run needs a COMMAND: dlock run -N NAME [-N NAME]... [--] COMMAND [ARGS...]")
+		case dash != 0 && len(args) > 1 && args[1] == "--":
+			// NAME -- COMMAND beside -N is the old mistake of mixing both;
+			// a command whose first argument is "--" is rare, and it
+			// still runs with a "--" of dlock's before it.
+			return nil, nil, usagef("run takes its locks from --name or from one NAME, not both: got %q before --; "+
+				"to run %s with -- as its first argument, write dlock run -N NAME -- COMMAND [ARGS...]", args[0], args[0])
 		}
-		return flagged, args, nil
+		names, argv = flagged, args
+	} else {
+		if len(args) == 0 || dash == 0 {
+			return nil, nil, usagef("run needs a lock NAME and a COMMAND: dlock run [flags] NAME [--] COMMAND [ARGS...]")
+		}
+		names, argv = args[:1], args[1:]
+		if len(argv) > 0 && argv[0] == "--" {
+			argv = argv[1:]
+		}
+		if len(argv) == 0 {
+			return nil, nil, usagef("run needs a COMMAND after the lock name: dlock run [flags] %s [--] COMMAND [ARGS...]", args[0])
+		}
 	}
-	switch {
-	case len(args) == 0 || dash == 0:
-		return nil, nil, usagef("run needs a lock NAME and a COMMAND: dlock run NAME -- COMMAND [ARGS...]")
-	case dash > 1:
-		return nil, nil, usagef("run takes one lock NAME before --, got %d: %q (several locks: -N NAME -N NAME)", dash, args[:dash])
-	case len(args) < 2:
-		return nil, nil, usagef("run needs a COMMAND after the lock name: dlock run %s -- COMMAND [ARGS...]", args[0])
+	if strings.HasPrefix(argv[0], "-") {
+		// No program is called -n: this is one of dlock's flags put
+		// after NAME, where it would be the command.
+		return nil, nil, usagef("%q is not a command: dlock run's flags go before NAME, and everything after NAME is COMMAND "+
+			"(dlock run [flags] NAME [--] COMMAND [ARGS...])", argv[0])
 	}
-	return args[:1], args[1:], nil
+	return names, argv, nil
 }
 
 func (a *app) run(ctx context.Context, o runOptions, names []string, argv []string) error {
