@@ -55,6 +55,10 @@ arguments, flags included, as with flock: dlock run job cp -n a b runs
 "cp -n a b". A "--" right after NAME (or, with -N, before COMMAND) is
 optional and dropped; a later "--" is COMMAND's.
 
+Durations (--ttl, -w, --kill-grace, --min-hold, --timeout) are written
+30s, 1m30s or 500ms, or as a number of seconds, as flock -w and etcdctl
+--ttl take them: -w 5, -w 0.5.
+
 dlock takes the lock (waiting up to --wait if it is busy), starts COMMAND in
 a process group of its own, renews the lock in the background while it runs
 and releases it when it exits. COMMAND's exit code is dlock's exit code (a
@@ -128,12 +132,12 @@ func newRunCmd(a *app) *cobra.Command {
 	fs := cmd.Flags()
 	// Parsing stops at NAME: the rest is COMMAND's (see splitRunArgs).
 	fs.SetInterspersed(false)
-	fs.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease: how long the lock outlives a dlock that died; renewed every ttl/3")
-	fs.DurationVarP(&o.wait, "wait", "w", dlock.DefaultWait, "how long to wait for a busy lock; 0 is a single attempt")
+	durationFlag(fs, &o.ttl, "ttl", "", 30*time.Second, "lease: how long the lock outlives a dlock that died; renewed every ttl/3")
+	durationFlag(fs, &o.wait, "wait", "w", dlock.DefaultWait, "how long to wait for a busy lock; 0 is a single attempt")
 	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "fail at once when the lock is busy (--wait 0)")
 	fs.IntVarP(&a.conflict, "conflict-exit-code", "E", exitConflict, "exit code when the lock is busy")
-	fs.DurationVar(&o.killGrace, "kill-grace", 5*time.Second, "time COMMAND has to exit after SIGTERM before SIGKILL")
-	fs.DurationVar(&o.minHold, "min-hold", 0, "keep the lock at least this long after taking it, even when COMMAND ends sooner (once per cron tick)")
+	durationFlag(fs, &o.killGrace, "kill-grace", "", 5*time.Second, "time COMMAND has to exit after SIGTERM before SIGKILL")
+	durationFlag(fs, &o.minHold, "min-hold", "", 0, "keep the lock at least this long after taking it, even when COMMAND ends sooner (once per cron tick)")
 	fs.BoolVarP(&o.shared, "shared", "s", false, "take a read (shared) lock, like flock -s")
 	fs.BoolVar(&o.skip, "skip-waiting-writers", false, "with --shared: join readers even while a writer waits (writers may starve)")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default host/pid command)")
