@@ -55,6 +55,12 @@ arguments, flags included, as with flock: dlock run job cp -n a b runs
 "cp -n a b". A "--" right after NAME (or, with -N, before COMMAND) is
 optional and dropped; a later "--" is COMMAND's.
 
+--ttl is at least 1s: the lock is renewed every third of it, and a renewal
+over a real network needs the other two thirds to get through, or to be
+retried after a lost packet. A renewal waits at most --timeout for its
+answer: keep --timeout under a third of --ttl, so that a dead connection
+is given up in time to retry on a new one.
+
 Durations (--ttl, -w, --kill-grace, --min-hold, --timeout) are written
 30s, 1m30s or 500ms, or as a number of seconds, as flock -w and etcdctl
 --ttl take them: -w 5, -w 0.5.
@@ -132,7 +138,7 @@ func newRunCmd(a *app) *cobra.Command {
 	fs := cmd.Flags()
 	// Parsing stops at NAME: the rest is COMMAND's (see splitRunArgs).
 	fs.SetInterspersed(false)
-	durationFlag(fs, &o.ttl, "ttl", "", 30*time.Second, "lease: how long the lock outlives a dlock that died; renewed every ttl/3")
+	durationFlag(fs, &o.ttl, "ttl", "", 30*time.Second, "lease: how long the lock outlives a dlock that died; renewed every ttl/3; at least 1s")
 	durationFlag(fs, &o.wait, "wait", "w", dlock.DefaultWait, "how long to wait for a busy lock; 0 is a single attempt")
 	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "fail at once when the lock is busy (--wait 0)")
 	fs.IntVarP(&a.conflict, "conflict-exit-code", "E", exitConflict, "exit code when the lock is busy")
@@ -191,7 +197,30 @@ func splitRunArgs(dash int, args, flagged []string) ([]string, []string, error) 
 	return names, argv, nil
 }
 
+// minTTL is the shortest lease the CLI takes (the library takes 10ms, for
+// tests on loopback). dlock renews at a third of the TTL and dates a lease
+// from when the renewal was sent, so a renewal has two thirds of the TTL to
+// come back, or to fail and be retried, before the lock is lost. Over a real
+// network one lost packet costs a TCP retransmission (200ms at least on
+// Linux, more on other systems), and a busy machine adds tens of
+// milliseconds of scheduling and GC. At 1s, 667ms is left: room for one
+// retransmission and a retry. Below that, --ttl 10ms passed on loopback and
+// then lost the lock on every run elsewhere (exit 4).
+const minTTL = time.Second
+
+// checkTTL refuses a lease the CLI cannot keep, saying why.
+func checkTTL(ttl time.Duration) error {
+	if ttl < minTTL {
+		return usagef("--ttl %v is too short: at least %v, as the lock is renewed every ttl/3 and a renewal "+
+			"over a real network needs the rest of the lease to get through or be retried", ttl, minTTL)
+	}
+	return nil
+}
+
 func (a *app) run(ctx context.Context, o runOptions, names []string, argv []string) error {
+	if err := checkTTL(o.ttl); err != nil {
+		return err
+	}
 	switch {
 	case o.wait < 0:
 		return usagef("--wait %v is negative", o.wait)

@@ -91,3 +91,18 @@ func mustWrite(t *testing.T, path, s string) {
 		t.Fatal(err)
 	}
 }
+
+// A TTL too short to be renewed over a real network is refused up front,
+// with the reason, instead of every run ending in exit 4 "lock lost".
+func TestRunRefusesTTLItCannotKeep(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, ttl := range []string{"10ms", "999ms", "0.5"} {
+		r := dlockRun(t, srv, "run", "--ttl", ttl, "short", "sleep", "0.3")
+		if r.code != exitUsage || !strings.Contains(r.stderr, "--ttl") || !strings.Contains(r.stderr, "at least 1s") || !strings.Contains(r.stderr, "renew") {
+			t.Errorf("--ttl %s: exit %d, stderr %q; want %d saying at least 1s and why", ttl, r.code, r.stderr, exitUsage)
+		}
+	}
+	if r := dlockRun(t, srv, "run", "--ttl", "1", "short", "sleep", "0.3"); r.code != 0 {
+		t.Errorf("--ttl 1: exit %d: %s", r.code, r.stderr)
+	}
+}
