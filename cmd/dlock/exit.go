@@ -27,7 +27,8 @@ const (
 // exitCodesHelp is the table shown by `dlock help`; README.md repeats it.
 const exitCodesHelp = `Exit codes:
   0        success; for run: the command's own exit code is passed through
-  1        run: the lock is busy (change it with -E/--conflict-exit-code);
+  1        run: the lock is busy (change it with -E/--conflict-exit-code,
+           silence the message with -q);
            unlock: you declined to force the lock
   2        usage error (bad flag or argument; unlock without --force)
   3        Redis unreachable or Redis error

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +28,7 @@ type runOptions struct {
 	shared    bool          // --shared: a read lock, as flock -s
 	skip      bool          // --skip-waiting-writers
 	permits   int           // --permits: one of n permits (a semaphore); 0 for the exclusive lock
+	quiet     bool          // -q: nothing printed when the lock is busy
 }
 
 // acquireOptions are the options of the lock run takes.
@@ -54,6 +56,12 @@ dlock's flags go before NAME. Everything after NAME is COMMAND and its
 arguments, flags included, as with flock: dlock run job cp -n a b runs
 "cp -n a b". A "--" right after NAME (or, with -N, before COMMAND) is
 optional and dropped; a later "--" is COMMAND's.
+
+A busy lock exits 1 (-E sets another code) with a message naming the
+holder; -q/--quiet prints nothing then (errors still print), so that
+cron, which mails what a job prints, stays quiet on a skipped run. The
+holder's lease is renewed while it works: the lock stays busy until the
+holder ends, not when the lease shown runs out.
 
 --ttl is at least 1s: the lock is renewed every third of it, and a renewal
 over a real network needs the other two thirds to get through, or to be
@@ -110,6 +118,8 @@ func newRunCmd(a *app) *cobra.Command {
 		Long:  runLong,
 		Example: `  dlock run --ttl 1m nightly-report -- ./report.sh --full
   dlock run -n -E 0 backup -- ./backup.sh    # exit 0 when a backup already runs
+  dlock run -q -n -E 0 backup ./backup.sh    # the same, silent: cron mails nothing
+  dlock run -w 5 --ttl 60 job rsync -n a/ b/ # seconds, as flock -w; -n is rsync's
   dlock run -N stock:bonn -N stock:lyon -- ./move-stock.sh
   */5 * * * * dlock run --min-hold 30s -n -E 0 job -- ./job.sh   # once per tick
   dlock run -s catalog -- ./export.sh        # many exports at once, none during an import
@@ -142,6 +152,7 @@ func newRunCmd(a *app) *cobra.Command {
 	durationFlag(fs, &o.wait, "wait", "w", dlock.DefaultWait, "how long to wait for a busy lock; 0 is a single attempt")
 	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "fail at once when the lock is busy (--wait 0)")
 	fs.IntVarP(&a.conflict, "conflict-exit-code", "E", exitConflict, "exit code when the lock is busy")
+	fs.BoolVarP(&o.quiet, "quiet", "q", false, "print nothing when the lock is busy (errors still print): with -n -E 0, cron mails nothing on a skipped run")
 	durationFlag(fs, &o.killGrace, "kill-grace", "", 5*time.Second, "time COMMAND has to exit after SIGTERM before SIGKILL")
 	durationFlag(fs, &o.minHold, "min-hold", "", 0, "keep the lock at least this long after taking it, even when COMMAND ends sooner (once per cron tick)")
 	fs.BoolVarP(&o.shared, "shared", "s", false, "take a read (shared) lock, like flock -s")
@@ -290,7 +301,10 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, names []string, o ru
 	case r := <-done:
 		var derr *dlock.Error
 		if errors.Is(r.err, dlock.ErrNotObtained) && errors.As(r.err, &derr) {
-			return nil, busy(ctx, c, derr.Name, r.err) // the busy one of names
+			if o.quiet {
+				return nil, &exitError{code: a.conflict} // -q: the exit code says it all
+			}
+			return nil, busy(ctx, c, derr.Name, o.wait, r.err) // the busy one of names
 		}
 		return r.lock, r.err
 	case s := <-sigs:
@@ -302,15 +316,64 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, names []string, o ru
 	}
 }
 
-// busy adds who holds the lock to a give-up error, for the human reading it;
-// the error still matches ErrNotObtained.
-func busy(ctx context.Context, c *dlock.Client, name string, err error) error {
-	info, ierr := c.Inspect(ctx, name)
-	if ierr != nil {
-		return err
+// busy says who holds the busy lock, for the human reading it; the error
+// still matches ErrNotObtained.
+func busy(ctx context.Context, c *dlock.Client, name string, waited time.Duration, err error) error {
+	e := &busyError{name: name, waited: waited, err: err}
+	var noe *dlock.NotObtainedError
+	if errors.As(err, &noe) {
+		e.lease = noe.HolderTTL
 	}
-	return fmt.Errorf("%w (owner %q, fence %d, held for %v)", err, info.Owner, info.Fence, roundDur(info.Age(time.Now())))
+	if info, ierr := c.Inspect(ctx, name); ierr == nil {
+		e.fence, e.age = info.Fence, roundDur(info.Age(time.Now()))
+		switch info.Kind {
+		case dlock.KindSemaphore:
+			e.holder, e.several = fmt.Sprintf("all %d permits are taken, the first", info.Permits), "until a permit comes back"
+		case dlock.KindShared:
+			e.holder, e.several = fmt.Sprintf("held by %d reader(s), the first", len(info.Readers)), "until they end"
+		default:
+			e.holder = "held by " + strconv.Quote(info.Owner)
+		}
+	}
+	return e
 }
+
+// busyError is a busy lock as run reports it: on one line, the holder
+// first, and its lease as what it is. "Lease left 29.3s" read like the time
+// the lock would be free, but a holder that works renews it: the lock stays
+// busy as long as the holder runs.
+type busyError struct {
+	name    string
+	holder  string // who holds it: "held by OWNER", readers or permits; "" when gone by the time we looked
+	several string // readers or permits hold it, each with a lease of its own: when it frees
+	fence   int64
+	age     time.Duration
+	lease   time.Duration // the holder's lease left, 0 when unknown
+	waited  time.Duration // -w, 0 for a single attempt
+	err     error         // matches dlock.ErrNotObtained
+}
+
+func (e *busyError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lock %q is busy", e.name)
+	if e.waited > 0 {
+		fmt.Fprintf(&b, " (waited %v)", e.waited)
+	}
+	if e.holder != "" {
+		fmt.Fprintf(&b, ": %s for %v, fence %d", e.holder, e.age, e.fence)
+	} else {
+		b.WriteString(": held by another owner")
+	}
+	switch {
+	case e.several != "":
+		b.WriteString("; their leases are renewed while they work, so it stays busy " + e.several)
+	case e.lease > 0:
+		fmt.Fprintf(&b, "; its lease (%v left) is renewed while the holder works, so it stays busy until the holder ends", roundDur(e.lease))
+	}
+	return b.String()
+}
+
+func (e *busyError) Unwrap() error { return e.err }
 
 func signum(s os.Signal) int {
 	if n, ok := s.(syscall.Signal); ok {
