@@ -99,6 +99,9 @@ func newRootCmd(a *app) *cobra.Command {
 		// SuggestionsFor does not apply cobra's default of 2 by itself.
 		SuggestionsMinimumDistance: 2,
 	}
+	// --version (and -v): cobra prints Version through the template.
+	root.Version = version()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
