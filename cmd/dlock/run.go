@@ -95,6 +95,14 @@ If the lock is lost while COMMAND runs (Redis unreachable past the lease,
 the key deleted, dlock unlock --force), COMMAND's process group gets SIGTERM,
 then SIGKILL after --kill-grace, and dlock exits 4.
 
+If dlock itself dies without stopping COMMAND (kill -9, the OOM killer),
+nothing renews the lock any more, so COMMAND must not work on: a watchdog
+(a small sh process dlock starts beside COMMAND, on every Unix) sends
+COMMAND's process group SIGTERM, then SIGKILL after --kill-grace. On Linux
+and FreeBSD the kernel also sends COMMAND itself SIGTERM (the parent-death
+signal). If the watchdog is killed with dlock, on macOS and the BSDs
+other than FreeBSD COMMAND runs on: kill its group yourself.
+
 COMMAND runs in a background process group: it cannot read from the
 terminal (reads fail), so run interactive programs some other way. Ctrl-Z is
 ignored: a suspended dlock would stop renewing the lock while COMMAND runs on.
