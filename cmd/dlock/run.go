@@ -52,44 +52,34 @@ func (o runOptions) acquireOptions() []dlock.AcquireOption {
 const runLong = `Run COMMAND while holding the lock NAME, like flock(1), etcdctl lock and
 consul lock, across machines.
 
-dlock's flags go before NAME. Everything after NAME is COMMAND and its
-arguments, flags included, as with flock: dlock run job cp -n a b runs
-"cp -n a b". A "--" right after NAME (or, with -N, before COMMAND) is
-optional and dropped; a later "--" is COMMAND's.
-
-A busy lock exits 1 (-E sets another code) with a message naming the
-holder; -q/--quiet prints nothing then (errors still print), so that
-cron, which mails what a job prints, stays quiet on a skipped run. The
-holder's lease is renewed while it works: the lock stays busy until the
-holder ends, not when the lease shown runs out.
-
---ttl is at least 1s: the lock is renewed every third of it, and a renewal
-over a real network needs the other two thirds to get through, or to be
-retried after a lost packet. A renewal waits at most --timeout for its
-answer: keep --timeout under a third of --ttl, so that a dead connection
-is given up in time to retry on a new one.
-
-Durations (--ttl, -w, --kill-grace, --min-hold, --timeout) are written
-30s, 1m30s or 500ms, or as a number of seconds, as flock -w and etcdctl
---ttl take them: -w 5, -w 0.5.
-
 dlock takes the lock (waiting up to --wait if it is busy), starts COMMAND in
 a process group of its own, renews the lock in the background while it runs
 and releases it when it exits. COMMAND's exit code is dlock's exit code (a
 command killed by signal N gives 128+N).
 
+dlock's flags go before NAME. Everything after NAME is COMMAND and its
+arguments, flags included, as with flock: dlock run job cp -n a b runs
+"cp -n a b". A "--" right after NAME (or, with -N, before COMMAND) is
+optional and dropped; a later "--" is COMMAND's.
+
 COMMAND finds the lock in its environment: DLOCK_NAME, DLOCK_FENCE (the
 fencing token: pass it to what you write, and have the writes with a smaller
 one refused) and DLOCK_TOKEN (a secret: do not log it).
+
+A busy lock exits 1 (-E sets another code) with a message naming the
+holder; -q/--quiet prints nothing then (errors still print), so that cron,
+which mails what a job prints, stays quiet on a skipped run. The holder's
+lease is renewed while it works: the lock stays busy until the holder ends,
+not when the lease shown runs out.
 
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to COMMAND's process group;
 the lock is released once COMMAND exits (SIGKILL after --kill-grace).
 
 With --name (-N), repeated, dlock takes several locks, all or nothing, in
 a fixed order (sorted), so runs with overlapping names never deadlock; no
-NAME comes before COMMAND then. DLOCK_NAME then holds the names joined with ",",
-DLOCK_FENCE the first name's fence and DLOCK_FENCES every name's fence, in
-the same order; losing any of the locks stops COMMAND.
+NAME comes before COMMAND then. DLOCK_NAME holds the names joined with
+",", DLOCK_FENCE the first name's fence and DLOCK_FENCES every name's
+fence, in the same order; losing any of the locks stops COMMAND.
 
 If the lock is lost while COMMAND runs (Redis unreachable past the lease,
 the key deleted, dlock unlock --force), COMMAND's process group gets SIGTERM,
@@ -100,12 +90,22 @@ nothing renews the lock any more, so COMMAND must not work on: a watchdog
 (a small sh process dlock starts beside COMMAND, on every Unix) sends
 COMMAND's process group SIGTERM, then SIGKILL after --kill-grace. On Linux
 and FreeBSD the kernel also sends COMMAND itself SIGTERM (the parent-death
-signal). If the watchdog is killed with dlock, on macOS and the BSDs
-other than FreeBSD COMMAND runs on: kill its group yourself.
+signal). Should the watchdog be killed too, on macOS and the other BSDs
+COMMAND runs on: kill its process group yourself.
 
 COMMAND runs in a background process group: it cannot read from the
 terminal (reads fail), so run interactive programs some other way. Ctrl-Z is
 ignored: a suspended dlock would stop renewing the lock while COMMAND runs on.
+
+--ttl is at least 1s: the lock is renewed every third of it, and a renewal
+over a real network needs the other two thirds to get through, or to be
+retried after a lost packet. A renewal waits at most --timeout for its
+answer: keep --timeout under a third of --ttl, so that a dead connection
+is given up in time to retry on a new one.
+
+Durations (--ttl, -w, --kill-grace, --min-hold, --timeout) are written
+30s, 1m30s or 500ms, or as a number of seconds, as flock -w and etcdctl
+--ttl take them: -w 5, -w 0.5.
 
 --min-hold D keeps the lock for at least D after it was taken, even when
 COMMAND ends sooner (dlock.WithMinHold): a cron job run on every machine with
