@@ -75,8 +75,8 @@ func newDemoCmd(a *app) *cobra.Command {
 	fs.IntVar(&o.workers, "workers", 4, "worker processes")
 	fs.IntVar(&o.stock, "stock", 50, "items in stock")
 	fs.IntVar(&o.users, "users", 80, "users 1..N, each trying once on every worker")
-	fs.DurationVar(&o.ttl, "ttl", 300*time.Millisecond, "lock TTL, naive and dlock")
-	fs.DurationVar(&o.pause, "pause", time.Second, "how long a frozen holder stands still")
+	durationFlag(fs, &o.ttl, "ttl", "", 300*time.Millisecond, "lock TTL, naive and dlock")
+	durationFlag(fs, &o.pause, "pause", "", time.Second, "how long a frozen holder stands still")
 	return cmd
 }
 

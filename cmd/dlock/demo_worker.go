@@ -69,8 +69,8 @@ func newDemoWorkerCmd(a *app) *cobra.Command {
 	fs.IntVar(&o.id, "id", 0, "worker number")
 	fs.StringVar(&o.prefix, "keys", "", "key prefix of this demo run")
 	fs.IntVar(&o.users, "users", 0, "users 1..N to take one order for each")
-	fs.DurationVar(&o.ttl, "ttl", 0, "lock TTL")
-	fs.DurationVar(&o.work, "work", time.Millisecond, "time between the check and the write")
+	durationFlag(fs, &o.ttl, "ttl", "", 0, "lock TTL")
+	durationFlag(fs, &o.work, "work", "", time.Millisecond, "time between the check and the write")
 	fs.IntSliceVar(&o.pauseAt, "pause-at", nil, "sales before whose write the worker freezes")
 	return cmd
 }

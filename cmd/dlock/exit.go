@@ -28,7 +28,8 @@ const (
 const exitCodesHelp = `Exit codes:
   0        success; for run: the command's own exit code is passed through
   1        run, lock: the lock is busy (run: change it with
-           -E/--conflict-exit-code); unlock: you declined to force the lock
+           -E/--conflict-exit-code, silence the message with -q);
+           unlock: you declined to force the lock
   2        usage error (bad flag or argument; unlock without --force)
   3        Redis unreachable or Redis error
   4        run: the lock was lost while the command ran; the command was stopped;

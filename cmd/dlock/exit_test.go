@@ -54,7 +54,7 @@ func TestExecuteInProcess(t *testing.T) {
 		{[]string{"lsit"}, exitUsage, "did you mean list?"},
 		{[]string{"unlock", "x"}, exitUsage, "without --force"},
 		{[]string{"run", "x"}, exitUsage, "needs a COMMAND"},
-		{[]string{"run", "a", "b", "--", "true"}, exitUsage, "one lock NAME before --"},
+		{[]string{"run", "a", "--ttl", "5s", "true"}, exitUsage, "flags go before NAME"},
 		{[]string{"--timeout", "0s", "list"}, exitUsage, "--timeout"},
 		{[]string{"--url", "http://x", "list"}, exitUsage, "invalid Redis URL"},
 		{[]string{"demo", "--pause", "100ms"}, exitUsage, "longer than --ttl"},

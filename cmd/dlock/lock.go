@@ -68,8 +68,8 @@ func newLockCmd(a *app) *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease: how long the lock outlives a dlock that died; renewed every ttl/3")
-	fs.DurationVarP(&o.wait, "wait", "w", dlock.DefaultWait, "how long to wait for a busy lock; 0 is a single attempt")
+	durationFlag(fs, &o.ttl, "ttl", "", 30*time.Second, "lease: how long the lock outlives a dlock that died; renewed every ttl/3; at least 1s")
+	durationFlag(fs, &o.wait, "wait", "w", dlock.DefaultWait, "how long to wait for a busy lock; 0 is a single attempt")
 	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "fail at once when the lock is busy (--wait 0)")
 	fs.BoolVarP(&o.shared, "shared", "s", false, "take a read (shared) lock, like flock -s")
 	fs.BoolVar(&o.skip, "skip-waiting-writers", false, "with --shared: join readers even while a writer waits (writers may starve)")
@@ -79,9 +79,12 @@ func newLockCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-// checkLockFlags refuses the combinations of lock's flags that run refuses
-// too, with the same words.
+// checkLockFlags refuses what run and lock refuse alike: a TTL the CLI
+// cannot keep, and flags that exclude each other or are out of range.
 func checkLockFlags(cmd *cobra.Command, o *runOptions) error {
+	if err := checkTTL(o.ttl); err != nil {
+		return err
+	}
 	switch {
 	case o.skip && !o.shared:
 		return usagef("--skip-waiting-writers needs -s/--shared: only a reader can skip writers")

@@ -109,7 +109,7 @@ func TestLockHoldsUntilSignal(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			name := "held lock " + strconv.Itoa(int(sig)) // a space: the fence is the last field
-			b, line := startLock(t, srv, "--ttl", "600ms", "--owner", "tester", name)
+			b, line := startLock(t, srv, "--ttl", "1s", "--owner", "tester", name)
 			cut := strings.LastIndexByte(line, ' ')
 			if cut < 0 || line[:cut] != name {
 				t.Fatalf("line %q: want %q then the fence", line, name)
@@ -119,7 +119,7 @@ func TestLockHoldsUntilSignal(t *testing.T) {
 				t.Fatalf("line %q: fence %q: %v", line, line[cut+1:], err)
 			}
 			// Past two TTLs: held only if renewed.
-			time.Sleep(1500 * time.Millisecond)
+			time.Sleep(2500 * time.Millisecond)
 			r := dlockRun(t, srv, "inspect", "-o", "json", name)
 			var v lockView
 			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil {
@@ -197,7 +197,7 @@ func TestLockLost(t *testing.T) {
 	} {
 		t.Run(tc.how, func(t *testing.T) {
 			name := "lost-" + strings.Fields(tc.how)[0]
-			b, _ := startLock(t, srv, "--ttl", "900ms", name)
+			b, _ := startLock(t, srv, "--ttl", "1s", name)
 			tc.breakIt(name)
 			// Found at the next renewal, within a third of the TTL.
 			if code := b.wait(t, 5*time.Second); code != exitLost {
@@ -234,5 +234,23 @@ func TestLockBusyAndUsage(t *testing.T) {
 		if r := dlockRun(t, srv, args...); r.code != exitUsage {
 			t.Errorf("dlock %q: exit %d, want %d; stderr: %s", args, r.code, exitUsage, r.stderr)
 		}
+	}
+}
+
+// lock takes run's durations (bare seconds) and refuses the TTLs run
+// refuses, with the same reason.
+func TestLockDurationsAndTTLFloor(t *testing.T) {
+	srv := redistest.Start(t)
+	r := dlockRun(t, srv, "lock", "--ttl", "10ms", "floor")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "1s") {
+		t.Errorf("lock --ttl 10ms: exit %d, stderr %q; want a usage error naming the 1s floor", r.code, r.stderr)
+	}
+	b, line := startLock(t, srv, "--ttl", "2", "-w", "0.5", "seconds")
+	if !strings.HasPrefix(line, "seconds ") {
+		t.Errorf("lock --ttl 2 -w 0.5: line %q", line)
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	if code := b.wait(t, 10*time.Second); code != exitOK {
+		t.Errorf("exit %d after SIGTERM; stderr: %s", code, b.stderr.String())
 	}
 }

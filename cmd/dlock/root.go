@@ -102,15 +102,15 @@ func newRootCmd(a *app) *cobra.Command {
 		// SuggestionsFor does not apply cobra's default of 2 by itself.
 		SuggestionsMinimumDistance: 2,
 	}
+	// --version (and -v): cobra prints Version through the template.
+	root.Version = version()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		if cmd.Name() == "run" {
-			return usagef("%v (put -- before the command, so that its flags are not read as dlock's)", err)
-		}
-		return &usageError{err: err}
-	})
+	// run stops reading flags at NAME, so a flag error is always about
+	// dlock's own flags: no hint about "--".
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 	a.conn.register(root.PersistentFlags())
 	root.AddCommand(
 		newRunCmd(a),

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +28,7 @@ type runOptions struct {
 	shared    bool          // --shared: a read lock, as flock -s
 	skip      bool          // --skip-waiting-writers
 	permits   int           // --permits: one of n permits (a semaphore); 0 for the exclusive lock
+	quiet     bool          // -q: nothing printed when the lock is busy
 }
 
 // acquireOptions are the options of the lock run takes.
@@ -55,26 +57,55 @@ a process group of its own, renews the lock in the background while it runs
 and releases it when it exits. COMMAND's exit code is dlock's exit code (a
 command killed by signal N gives 128+N).
 
+dlock's flags go before NAME. Everything after NAME is COMMAND and its
+arguments, flags included, as with flock: dlock run job cp -n a b runs
+"cp -n a b". A "--" right after NAME (or, with -N, before COMMAND) is
+optional and dropped; a later "--" is COMMAND's.
+
 COMMAND finds the lock in its environment: DLOCK_NAME, DLOCK_FENCE (the
 fencing token: pass it to what you write, and have the writes with a smaller
 one refused) and DLOCK_TOKEN (a secret: do not log it).
+
+A busy lock exits 1 (-E sets another code) with a message naming the
+holder; -q/--quiet prints nothing then (errors still print), so that cron,
+which mails what a job prints, stays quiet on a skipped run. The holder's
+lease is renewed while it works: the lock stays busy until the holder ends,
+not when the lease shown runs out.
 
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to COMMAND's process group;
 the lock is released once COMMAND exits (SIGKILL after --kill-grace).
 
 With --name (-N), repeated, dlock takes several locks, all or nothing, in
 a fixed order (sorted), so runs with overlapping names never deadlock; no
-NAME comes before --. DLOCK_NAME then holds the names joined with ",",
-DLOCK_FENCE the first name's fence and DLOCK_FENCES every name's fence, in
-the same order; losing any of the locks stops COMMAND.
+NAME comes before COMMAND then. DLOCK_NAME holds the names joined with
+",", DLOCK_FENCE the first name's fence and DLOCK_FENCES every name's
+fence, in the same order; losing any of the locks stops COMMAND.
 
 If the lock is lost while COMMAND runs (Redis unreachable past the lease,
 the key deleted, dlock unlock --force), COMMAND's process group gets SIGTERM,
 then SIGKILL after --kill-grace, and dlock exits 4.
 
+If dlock itself dies without stopping COMMAND (kill -9, the OOM killer),
+nothing renews the lock any more, so COMMAND must not work on: a watchdog
+(a small sh process dlock starts beside COMMAND, on every Unix) sends
+COMMAND's process group SIGTERM, then SIGKILL after --kill-grace. On Linux
+and FreeBSD the kernel also sends COMMAND itself SIGTERM (the parent-death
+signal). Should the watchdog be killed too, on macOS and the other BSDs
+COMMAND runs on: kill its process group yourself.
+
 COMMAND runs in a background process group: it cannot read from the
 terminal (reads fail), so run interactive programs some other way. Ctrl-Z is
 ignored: a suspended dlock would stop renewing the lock while COMMAND runs on.
+
+--ttl is at least 1s: the lock is renewed every third of it, and a renewal
+over a real network needs the other two thirds to get through, or to be
+retried after a lost packet. A renewal waits at most --timeout for its
+answer: keep --timeout under a third of --ttl, so that a dead connection
+is given up in time to retry on a new one.
+
+Durations (--ttl, -w, --kill-grace, --min-hold, --timeout) are written
+30s, 1m30s or 500ms, or as a number of seconds, as flock -w and etcdctl
+--ttl take them: -w 5, -w 0.5.
 
 --min-hold D keeps the lock for at least D after it was taken, even when
 COMMAND ends sooner (dlock.WithMinHold): a cron job run on every machine with
@@ -90,11 +121,13 @@ readers cannot starve a writer; --skip-waiting-writers lifts that.`
 func newRunCmd(a *app) *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run [flags] NAME -- COMMAND [ARGS...]\n  dlock run [flags] -N NAME [-N NAME]... -- COMMAND [ARGS...]",
+		Use:   "run [flags] NAME [--] COMMAND [ARGS...]\n  dlock run [flags] -N NAME [-N NAME]... [--] COMMAND [ARGS...]",
 		Short: "Run a command while holding a lock",
 		Long:  runLong,
 		Example: `  dlock run --ttl 1m nightly-report -- ./report.sh --full
   dlock run -n -E 0 backup -- ./backup.sh    # exit 0 when a backup already runs
+  dlock run -q -n -E 0 backup ./backup.sh    # the same, silent: cron mails nothing
+  dlock run -w 5 --ttl 60 job rsync -n a/ b/ # seconds, as flock -w; -n is rsync's
   dlock run -N stock:bonn -N stock:lyon -- ./move-stock.sh
   */5 * * * * dlock run --min-hold 30s -n -E 0 job -- ./job.sh   # once per tick
   dlock run -s catalog -- ./export.sh        # many exports at once, none during an import
@@ -105,64 +138,99 @@ func newRunCmd(a *app) *cobra.Command {
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			names, argv, _ := splitRunArgs(cmd.ArgsLenAtDash(), args, o.names)
-			if o.skip && !o.shared {
-				return usagef("--skip-waiting-writers needs -s/--shared: only a reader can skip writers")
-			}
-			if o.noWait {
-				if cmd.Flags().Changed("wait") {
-					return usagef("-n/--no-wait and -w/--wait exclude each other")
-				}
-				o.wait = 0
-			}
-			if cmd.Flags().Changed("permits") && o.permits == 0 {
-				return usagef("--permits 0: a semaphore needs at least 1 permit")
+			if err := checkLockFlags(cmd, &o); err != nil {
+				return err
 			}
 			return a.run(cmd.Context(), o, names, argv)
 		},
 	}
 	fs := cmd.Flags()
-	fs.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease: how long the lock outlives a dlock that died; renewed every ttl/3")
-	fs.DurationVarP(&o.wait, "wait", "w", dlock.DefaultWait, "how long to wait for a busy lock; 0 is a single attempt")
+	// Parsing stops at NAME: the rest is COMMAND's (see splitRunArgs).
+	fs.SetInterspersed(false)
+	durationFlag(fs, &o.ttl, "ttl", "", 30*time.Second, "lease: how long the lock outlives a dlock that died; renewed every ttl/3; at least 1s")
+	durationFlag(fs, &o.wait, "wait", "w", dlock.DefaultWait, "how long to wait for a busy lock; 0 is a single attempt")
 	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "fail at once when the lock is busy (--wait 0)")
 	fs.IntVarP(&a.conflict, "conflict-exit-code", "E", exitConflict, "exit code when the lock is busy")
-	fs.DurationVar(&o.killGrace, "kill-grace", 5*time.Second, "time COMMAND has to exit after SIGTERM before SIGKILL")
-	fs.DurationVar(&o.minHold, "min-hold", 0, "keep the lock at least this long after taking it, even when COMMAND ends sooner (once per cron tick)")
+	fs.BoolVarP(&o.quiet, "quiet", "q", false, "print nothing when the lock is busy (errors still print): with -n -E 0, cron mails nothing on a skipped run")
+	durationFlag(fs, &o.killGrace, "kill-grace", "", 5*time.Second, "time COMMAND has to exit after SIGTERM before SIGKILL")
+	durationFlag(fs, &o.minHold, "min-hold", "", 0, "keep the lock at least this long after taking it, even when COMMAND ends sooner (once per cron tick)")
 	fs.BoolVarP(&o.shared, "shared", "s", false, "take a read (shared) lock, like flock -s")
 	fs.BoolVar(&o.skip, "skip-waiting-writers", false, "with --shared: join readers even while a writer waits (writers may starve)")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default host/pid command)")
 	// A repeated flag, not NAME,NAME: names may contain commas, and a flag
 	// cannot eat COMMAND's arguments.
-	fs.StringArrayVarP(&o.names, "name", "N", nil, "a lock to take; repeat for several, taken all or nothing (no NAME before -- then)")
+	fs.StringArrayVarP(&o.names, "name", "N", nil, "a lock to take; repeat for several, taken all or nothing (no NAME before COMMAND then)")
 	fs.IntVar(&o.permits, "permits", 0, "take one of N permits of NAME (a semaphore, as consul lock -n): at most N commands run at once")
 	return cmd
 }
 
-// splitRunArgs takes NAME and COMMAND apart. dash is the number of
-// arguments before "--", or -1 without one. Without "--" the command starts
-// after NAME; "--" is still needed when the command has flags. With
-// --name, flagged are the names and every argument is COMMAND's.
+// splitRunArgs takes NAME and COMMAND apart. Flags are parsed up to the
+// first argument that is not one (SetInterspersed(false)), as flock(1) and
+// etcdctl lock do: everything after NAME is COMMAND's, its flags and any
+// "--" included, so `dlock run job cp -n a b` cannot read -n as its own.
+// dash is the number of arguments before a "--" that pflag consumed, which
+// can only be one that came before any argument: 0, or -1 without one. A
+// "--" right after NAME is dlock's and dropped. With --name, flagged are the
+// names and every argument is COMMAND's.
 func splitRunArgs(dash int, args, flagged []string) ([]string, []string, error) {
+	var names, argv []string
 	if len(flagged) > 0 {
 		switch {
-		case dash > 0:
-			return nil, nil, usagef("run takes its locks from --name or from one NAME before --, not both: got %q before --", args[:dash])
 		case len(args) == 0:
-			return nil, nil, usagef("run needs a COMMAND: dlock run -N NAME [-N NAME]... -- COMMAND [ARGS...]")
+			return nil, nil, usagef("run needs a COMMAND: dlock run -N NAME [-N NAME]... [--] COMMAND [ARGS...]")
+		case dash != 0 && len(args) > 1 && args[1] == "--":
+			// NAME -- COMMAND beside -N is the old mistake of mixing both;
+			// a command whose first argument is "--" is rare, and it
+			// still runs with a "--" of dlock's before it.
+			return nil, nil, usagef("run takes its locks from --name or from one NAME, not both: got %q before --; "+
+				"to run %s with -- as its first argument, write dlock run -N NAME -- COMMAND [ARGS...]", args[0], args[0])
 		}
-		return flagged, args, nil
+		names, argv = flagged, args
+	} else {
+		if len(args) == 0 || dash == 0 {
+			return nil, nil, usagef("run needs a lock NAME and a COMMAND: dlock run [flags] NAME [--] COMMAND [ARGS...]")
+		}
+		names, argv = args[:1], args[1:]
+		if len(argv) > 0 && argv[0] == "--" {
+			argv = argv[1:]
+		}
+		if len(argv) == 0 {
+			return nil, nil, usagef("run needs a COMMAND after the lock name: dlock run [flags] %s [--] COMMAND [ARGS...]", args[0])
+		}
 	}
-	switch {
-	case len(args) == 0 || dash == 0:
-		return nil, nil, usagef("run needs a lock NAME and a COMMAND: dlock run NAME -- COMMAND [ARGS...]")
-	case dash > 1:
-		return nil, nil, usagef("run takes one lock NAME before --, got %d: %q (several locks: -N NAME -N NAME)", dash, args[:dash])
-	case len(args) < 2:
-		return nil, nil, usagef("run needs a COMMAND after the lock name: dlock run %s -- COMMAND [ARGS...]", args[0])
+	if strings.HasPrefix(argv[0], "-") {
+		// No program is called -n: this is one of dlock's flags put
+		// after NAME, where it would be the command.
+		return nil, nil, usagef("%q is not a command: dlock run's flags go before NAME, and everything after NAME is COMMAND "+
+			"(dlock run [flags] NAME [--] COMMAND [ARGS...])", argv[0])
 	}
-	return args[:1], args[1:], nil
+	return names, argv, nil
+}
+
+// minTTL is the shortest lease the CLI takes (the library takes 10ms, for
+// tests on loopback). dlock renews at a third of the TTL and dates a lease
+// from when the renewal was sent, so a renewal has two thirds of the TTL to
+// come back, or to fail and be retried, before the lock is lost. Over a real
+// network one lost packet costs a TCP retransmission (200ms at least on
+// Linux, more on other systems), and a busy machine adds tens of
+// milliseconds of scheduling and GC. At 1s, 667ms is left: room for one
+// retransmission and a retry. Below that, --ttl 10ms passed on loopback and
+// then lost the lock on every run elsewhere (exit 4).
+const minTTL = time.Second
+
+// checkTTL refuses a lease the CLI cannot keep, saying why.
+func checkTTL(ttl time.Duration) error {
+	if ttl < minTTL {
+		return usagef("--ttl %v is too short: at least %v, as the lock is renewed every ttl/3 and a renewal "+
+			"over a real network needs the rest of the lease to get through or be retried", ttl, minTTL)
+	}
+	return nil
 }
 
 func (a *app) run(ctx context.Context, o runOptions, names []string, argv []string) error {
+	if err := checkTTL(o.ttl); err != nil {
+		return err
+	}
 	switch {
 	case o.wait < 0:
 		return usagef("--wait %v is negative", o.wait)
@@ -232,7 +300,10 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, names []string, o ru
 	case r := <-done:
 		var derr *dlock.Error
 		if errors.Is(r.err, dlock.ErrNotObtained) && errors.As(r.err, &derr) {
-			return nil, busy(ctx, c, derr.Name, r.err) // the busy one of names
+			if o.quiet {
+				return nil, &exitError{code: a.conflict} // -q: the exit code says it all
+			}
+			return nil, busy(ctx, c, derr.Name, o.wait, r.err) // the busy one of names
 		}
 		return r.lock, r.err
 	case s := <-sigs:
@@ -244,15 +315,64 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, names []string, o ru
 	}
 }
 
-// busy adds who holds the lock to a give-up error, for the human reading it;
-// the error still matches ErrNotObtained.
-func busy(ctx context.Context, c *dlock.Client, name string, err error) error {
-	info, ierr := c.Inspect(ctx, name)
-	if ierr != nil {
-		return err
+// busy says who holds the busy lock, for the human reading it; the error
+// still matches ErrNotObtained.
+func busy(ctx context.Context, c *dlock.Client, name string, waited time.Duration, err error) error {
+	e := &busyError{name: name, waited: waited, err: err}
+	var noe *dlock.NotObtainedError
+	if errors.As(err, &noe) {
+		e.lease = noe.HolderTTL
 	}
-	return fmt.Errorf("%w (owner %q, fence %d, held for %v)", err, info.Owner, info.Fence, roundDur(info.Age(time.Now())))
+	if info, ierr := c.Inspect(ctx, name); ierr == nil {
+		e.fence, e.age = info.Fence, roundDur(info.Age(time.Now()))
+		switch info.Kind {
+		case dlock.KindSemaphore:
+			e.holder, e.several = fmt.Sprintf("all %d permits are taken, the first", info.Permits), "until a permit comes back"
+		case dlock.KindShared:
+			e.holder, e.several = fmt.Sprintf("held by %d reader(s), the first", len(info.Readers)), "until they end"
+		default:
+			e.holder = "held by " + strconv.Quote(info.Owner)
+		}
+	}
+	return e
 }
+
+// busyError is a busy lock as run reports it: on one line, the holder
+// first, and its lease as what it is. "Lease left 29.3s" read like the time
+// the lock would be free, but a holder that works renews it: the lock stays
+// busy as long as the holder runs.
+type busyError struct {
+	name    string
+	holder  string // who holds it: "held by OWNER", readers or permits; "" when gone by the time we looked
+	several string // readers or permits hold it, each with a lease of its own: when it frees
+	fence   int64
+	age     time.Duration
+	lease   time.Duration // the holder's lease left, 0 when unknown
+	waited  time.Duration // -w, 0 for a single attempt
+	err     error         // matches dlock.ErrNotObtained
+}
+
+func (e *busyError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lock %q is busy", e.name)
+	if e.waited > 0 {
+		fmt.Fprintf(&b, " (waited %v)", e.waited)
+	}
+	if e.holder != "" {
+		fmt.Fprintf(&b, ": %s for %v, fence %d", e.holder, e.age, e.fence)
+	} else {
+		b.WriteString(": held by another owner")
+	}
+	switch {
+	case e.several != "":
+		b.WriteString("; their leases are renewed while they work, so it stays busy " + e.several)
+	case e.lease > 0:
+		fmt.Fprintf(&b, "; its lease (%v left) is renewed while the holder works, so it stays busy until the holder ends", roundDur(e.lease))
+	}
+	return b.String()
+}
+
+func (e *busyError) Unwrap() error { return e.err }
 
 func signum(s os.Signal) int {
 	if n, ok := s.(syscall.Signal); ok {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,13 +41,38 @@ func (a *app) supervise(lock dlock.Lock, argv []string, grace time.Duration, sig
 		cmd.Env = append(cmd.Env, "DLOCK_FENCES="+strings.Join(fences, ","))
 	}
 	cmd.SysProcAttr = childAttr(syscall.SIGTERM)
+	// Should dlock die without stopping COMMAND, the watchdog stops its
+	// group (see watchdog.go). Without one, only the parent-death signal
+	// is left (Linux, FreeBSD): say so, and run COMMAND all the same.
+	wd, err := startWatchdog(grace)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "dlock: warning: no watchdog (%v): if dlock is killed, COMMAND's process group is not stopped\n", err)
+	}
+	disarm := func() {
+		if wd != nil {
+			wd.disarm()
+			wd = nil
+		}
+	}
+	defer disarm()
+	// The parent-death signal is sent when the thread that forked the
+	// child exits, not the process (prctl(2); go.dev/issue/27505). Go ends
+	// a thread when a goroutine locked to it returns without unlocking, so
+	// the thread that forks stays this goroutine's, and no other's, until
+	// the child has exited, as moby and go-runc do.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
+		disarm()
 		_ = lock.Release(context.Background())
 		return startError(argv[0], err)
 	}
 	// The child leads its own group: a signal to -pgid reaches whatever it
 	// started too (a shell script's children), not only the script.
 	pgid := cmd.Process.Pid
+	if wd != nil {
+		wd.arm(pgid)
+	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
@@ -91,9 +117,14 @@ func (a *app) supervise(lock dlock.Lock, argv []string, grace time.Duration, sig
 		// Whatever the command left running in its group must not go on
 		// working under a lock someone else may hold by now.
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		disarm()
 		_ = lock.Release(context.Background())
 		return &lostError{name: lock.Name(), cause: lostCause}
 	}
+	// Before the release, which may take up to --timeout: a dlock killed
+	// then must not have the watchdog signal a group id that may have
+	// been reused since COMMAND exited.
+	disarm()
 	code := exitStatus(cmd.ProcessState)
 	if err := lock.Release(context.Background()); err != nil {
 		if errors.Is(err, dlock.ErrNotHeld) {

@@ -70,7 +70,7 @@ func TestRunLostLockStopsCommand(t *testing.T) {
 			srv := redistest.Start(t)
 			rdb := srv.Client(t)
 			pidFile := filepath.Join(t.TempDir(), "pids")
-			b := startDlock(t, srv, "run", "--ttl", "900ms", "--kill-grace", "500ms", "lost", "--", "sh", "-c", tt.script, pidFile)
+			b := startDlock(t, srv, "run", "--ttl", "1s", "--kill-grace", "500ms", "lost", "--", "sh", "-c", tt.script, pidFile)
 			pids := readPIDs(t, pidFile, 2)
 			if err := rdb.Del(context.Background(), lockKey("lost")).Err(); err != nil {
 				t.Fatal(err)

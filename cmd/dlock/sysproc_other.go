@@ -1,12 +1,14 @@
-//go:build unix && !linux
+//go:build unix && !linux && !freebsd
 
 package main
 
 import "syscall"
 
 // childAttr starts a child in a process group of its own, so that a signal
-// to the group reaches the processes it starts too. Only Linux can tell a
-// child that its parent died; elsewhere parentDeath is not used.
+// to the group reaches the processes it starts too. Only Linux and FreeBSD
+// can tell a child that its parent died; elsewhere (macOS, OpenBSD, NetBSD)
+// parentDeath is not used and the watchdog (watchdog.go) alone stops the
+// group when dlock dies.
 func childAttr(parentDeath syscall.Signal) *syscall.SysProcAttr {
 	_ = parentDeath
 	return &syscall.SysProcAttr{Setpgid: true}

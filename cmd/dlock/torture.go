@@ -102,7 +102,7 @@ func newTortureCmd(a *app) *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.IntVar(&o.workers, "workers", 8, "worker processes per scenario")
-	fs.DurationVar(&o.duration, "duration", time.Minute, "the whole run, shared by the scenarios (at least 3s each)")
+	durationFlag(fs, &o.duration, "duration", "", time.Minute, "the whole run, shared by the scenarios (at least 3s each)")
 	fs.StringVar(&o.resource, "resource", "", "host:port of a second Redis for the protected resource (default: a throwaway redis-server)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the faults' choices (default: random); the timing does not repeat")
 	fs.BoolVar(&o.yes, "yes", false, "run even if the database holds other keys (only the run's own are written and deleted)")

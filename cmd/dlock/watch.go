@@ -64,7 +64,7 @@ func newWatchCmd(a *app) *cobra.Command {
 			return a.watch(ctx, args[0], interval, output)
 		},
 	}
-	cmd.Flags().DurationVar(&interval, "interval", time.Second, "how often to ask Redis")
+	durationFlag(cmd.Flags(), &interval, "interval", "", time.Second, "how often to ask Redis")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json (one object a line)")
 	return cmd
 }
