@@ -15,8 +15,8 @@ import (
 // Lock is a lock held on a quorum of a Redlock's nodes: one acquisition,
 // with one token on every node. It implements dlock.Lock; Fences tells the
 // fence each node handed out. Its lease is the validity of the quorum: the
-// TTL less the time the acquisition (or the last renewal) took and the
-// drift allowance (TTL/100 + 2ms), on the local monotonic clock.
+// TTL less the time the acquisition (or the last renewal) took and a margin
+// (a tenth of the TTL), on the local monotonic clock.
 //
 // A Lock is safe for concurrent use. Once Release returned, its methods
 // report dlock.ErrNotHeld.
@@ -183,7 +183,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 	}
 	wg.Wait()
 	n := len(l.r.nodes)
-	if ok >= l.r.quorum && time.Since(start) < ttl-drift(ttl) {
+	if ok >= l.r.quorum && time.Since(start) < ttl-margin(ttl) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.state != held {
@@ -196,7 +196,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 		}
 		// Node leases are never shortened (a renewal and a Refresh that
 		// cross keep the longer), so the validity only moves forward.
-		if v := start.Add(ttl - drift(ttl)); v.After(l.valid) {
+		if v := start.Add(ttl - margin(ttl)); v.After(l.valid) {
 			l.valid = v
 		}
 		return extended, nil
@@ -284,8 +284,13 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	fences := slices.Clone(l.fences)
 	l.mu.Unlock()
 
-	n, errs := l.releaseNodes(ctx, fences)
+	// The context ends before any node is asked: the nodes that answer
+	// free the keys at once, and a second holder can take the lock on them
+	// while a node that stopped answering keeps the release waiting, for
+	// seconds, with the watch (and its deadline) already stopped.
+	// (TestReleaseEndsContextBeforeKeysAreFreed.)
 	l.cancel(cause)
+	n, errs := l.releaseNodes(ctx, fences)
 	l.r.untrack(l)
 	e := dlock.ReleaseEvent{Name: l.name, Result: dlock.ResultOK, Held: time.Since(l.start), AfterLoss: afterLoss}
 	var err error
@@ -303,7 +308,7 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 		err = opError("release", l.name, msg)
 	case afterLoss:
 		// The lock's context already told the holder it was lost (the
-		// validity ran out, a drift margin before the nodes' leases): the
+		// validity ran out, a margin before the nodes' leases): the
 		// keys, still ours, are freed early for the next holder, but the
 		// holder learns what its context said, as from a Client.
 		err = opError("release", l.name, fmt.Errorf("%w: lost before the release (%w)", dlock.ErrNotHeld, l.lossCause))
@@ -370,6 +375,33 @@ func (l *Lock) lose(reason dlock.Reason, cause error) {
 	l.state = lost
 	l.lossCause = cause
 	l.mu.Unlock()
+	l.lost(reason, cause)
+}
+
+// expire ends the lock if its validity has run out, and else returns what
+// is left of it. It looks and marks the lock lost under one hold of mu: a
+// refresh confirmed meanwhile either moved the validity before the look, or
+// finds the lock lost and reports so, never success for a lock whose
+// context then ends.
+func (l *Lock) expire(cause error) time.Duration {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return 0
+	}
+	if left := time.Until(l.valid); left > 0 {
+		l.mu.Unlock()
+		return left
+	}
+	l.state = lost
+	l.lossCause = cause
+	l.mu.Unlock()
+	l.lost(dlock.ReasonExpired, cause)
+	return 0
+}
+
+// lost tells the observers of a loss just marked, and ends the context.
+func (l *Lock) lost(reason dlock.Reason, cause error) {
 	// Observers first: whoever wakes on the context finds the metrics and
 	// logs already telling of the loss.
 	for _, o := range l.r.cfg.observers {
@@ -424,16 +456,14 @@ func (l *Lock) watch() {
 		case <-l.ctx.Done():
 			return // lost: a Refresh found it gone
 		case <-deadline.C:
-			_, valid := l.lease()
-			if left := time.Until(valid); left > 0 {
-				deadline.Reset(left) // a renewal or Refresh moved it
-				continue
-			}
 			cause := fmt.Errorf("%w: validity ran out (renewal off)", dlock.ErrLockLost)
 			if l.renew {
 				cause = fmt.Errorf("%w: %w: no renewal reached a quorum before the validity ran out", dlock.ErrLockLost, ErrNoQuorum)
 			}
-			l.lose(dlock.ReasonExpired, cause)
+			if left := l.expire(cause); left > 0 {
+				deadline.Reset(left) // a renewal or Refresh moved it
+				continue
+			}
 			return
 		case <-renewC:
 			renewC = nil

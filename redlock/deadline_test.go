@@ -1,0 +1,182 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// plainClients returns clients with go-redis' defaults where they matter
+// here: no ContextTimeoutEnabled, so a call on a stopped node waits for the
+// ReadTimeout (3s) whatever its context says. retries: go-redis' MaxRetries
+// (0: its default of 3; -1: none).
+func plainClients(t *testing.T, srvs []*redistest.Server, retries int) []redis.UniversalClient {
+	t.Helper()
+	rdbs := make([]redis.UniversalClient, len(srvs))
+	for i, s := range srvs {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: retries})
+		t.Cleanup(func() { _ = rdb.Close() })
+		if err := rdb.Ping(bg).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdbs[i] = rdb
+	}
+	return rdbs
+}
+
+// pauseNode stops srv's process (SIGSTOP) until the end of the test. Call
+// it after the Redlocks are made: cleanups run last first, so the node
+// answers again before their Close waits for the calls stuck on it.
+func pauseNode(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+}
+
+// TestContextEndsBeforeLiveKeysExpire (issue 17, item 1): with one node of
+// three stopped and go-redis' defaults (a renewal stuck there for the 3s
+// ReadTimeout), the holder's context ends before the keys on the live nodes
+// expire, by a margin the holder can use to stop its work (the single-node
+// lock's: a tenth of the TTL; at least 50ms of the 90ms are asked here, the
+// rest is left to scheduling), and a second Redlock gets the lock only after
+// the first context has ended.
+func TestContextEndsBeforeLiveKeysExpire(t *testing.T) {
+	for _, renew := range []bool{true, false} {
+		name := "renewal"
+		if !renew {
+			name = "without renewal"
+		}
+		t.Run(name, func(t *testing.T) {
+			srvs, probes := startNodes(t, 3)
+			r := newRedlock(t, plainClients(t, srvs, 0))
+			second := newRedlock(t, probes)
+			const ttl = 900 * time.Millisecond
+			opts := []dlock.AcquireOption{dlock.WithTTL(ttl)}
+			if !renew {
+				opts = append(opts, dlock.WithoutRenewal())
+			}
+			start := time.Now()
+			l, err := r.TryAcquire(bg, "stall", opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "node 2 in the lock", func() bool { return asLock(t, l).Fences()[2] != 0 })
+			pauseNode(t, srvs[2])
+
+			// At the moment the context ends, the live nodes' keys must
+			// still have a margin left, on the one clock the servers and
+			// the test share.
+			type end struct {
+				at     time.Time
+				expire []int64 // PEXPIRETIME on nodes 0 and 1, unix ms (-2: gone)
+			}
+			ended := make(chan end, 1)
+			go func() {
+				<-l.Context().Done()
+				e := end{at: time.Now()}
+				for _, p := range probes[:2] {
+					ctx, cancel := context.WithTimeout(bg, time.Second)
+					e.expire = append(e.expire, p.PExpireTime(ctx, "dlock:{stall}").Val().Milliseconds())
+					cancel()
+				}
+				ended <- e
+			}()
+
+			l2, err := second.Acquire(bg, "stall", dlock.WithTTL(ttl), dlock.WithWait(5*time.Second))
+			if err != nil {
+				t.Fatalf("second Redlock: %v", err)
+			}
+			got := time.Now()
+			alive := l.Context().Err() == nil
+			defer l2.Release(bg)
+			if alive {
+				t.Fatalf("a second Redlock got the lock %v after the first acquisition while the first holder's context is alive",
+					got.Sub(start).Round(time.Millisecond))
+			}
+			var e end
+			select {
+			case e = <-ended:
+			case <-time.After(3 * time.Second):
+				t.Fatal("no PEXPIRETIME read 3s after the context ended")
+			}
+			for i, exp := range e.expire {
+				if exp < 0 {
+					t.Fatalf("node %d: the key was gone (%d) when the holder's context ended, %v after the acquisition",
+						i, exp, e.at.Sub(start).Round(time.Millisecond))
+				}
+				if left := time.UnixMilli(exp).Sub(e.at); left < 50*time.Millisecond {
+					t.Fatalf("node %d: the holder's context ended %v before the key expired there; want at least 50ms (a tenth of the TTL less scheduling)",
+						i, left.Round(time.Millisecond))
+				}
+			}
+			if d := e.at.Sub(start); d > ttl {
+				t.Fatalf("context ended %v after the acquisition began, past the %v lease", d.Round(time.Millisecond), ttl)
+			}
+			if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) {
+				t.Fatalf("cause %v, want ErrLockLost", cause)
+			}
+		})
+	}
+}
+
+// TestReleaseEndsContextBeforeKeysAreFreed: Release and Close free the keys
+// on the nodes that answer at once, while a stopped node keeps them waiting
+// (3s, go-redis' ReadTimeout). The holder's context must have ended before
+// any key is freed: else a second Redlock takes the lock on the live nodes
+// while the first holder's work still runs under a live context.
+func TestReleaseEndsContextBeforeKeysAreFreed(t *testing.T) {
+	cases := []struct {
+		name  string
+		renew bool
+		end   func(r *redlock.Redlock, l dlock.Lock) error
+	}{
+		{"Release", true, func(_ *redlock.Redlock, l dlock.Lock) error { return l.Release(bg) }},
+		{"Close", true, func(r *redlock.Redlock, _ dlock.Lock) error { return r.Close(bg) }},
+		{"Close without renewal", false, func(r *redlock.Redlock, _ dlock.Lock) error { return r.Close(bg) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srvs, probes := startNodes(t, 3)
+			r := newRedlock(t, plainClients(t, srvs, -1))
+			second := newRedlock(t, probes)
+			opts := []dlock.AcquireOption{dlock.WithTTL(10 * time.Second)}
+			if !c.renew {
+				opts = append(opts, dlock.WithoutRenewal())
+			}
+			l, err := r.TryAcquire(bg, "free", opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "node 2 in the lock", func() bool { return asLock(t, l).Fences()[2] != 0 })
+			pauseNode(t, srvs[2])
+
+			ended := make(chan error, 1)
+			go func() { ended <- c.end(r, l) }()
+			l2, err := second.Acquire(bg, "free", dlock.WithTTL(time.Second), dlock.WithWait(2*time.Second))
+			if err != nil {
+				t.Fatalf("second Redlock: %v", err)
+			}
+			alive := l.Context().Err() == nil
+			defer l2.Release(bg)
+			if alive {
+				t.Fatalf("%s: a second Redlock got the lock while the first holder's context is alive", c.name)
+			}
+			if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrReleased) {
+				t.Fatalf("cause %v, want ErrReleased", cause)
+			}
+			srvs[2].Resume()
+			select {
+			case <-ended:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s did not return 10s after the node came back", c.name)
+			}
+		})
+	}
+}
