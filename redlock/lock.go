@@ -77,21 +77,41 @@ func (l *Lock) Name() string { return l.name }
 // secret of the holder: never log it in full.
 func (l *Lock) Token() string { return l.token }
 
-// Fences returns the fencing token each node handed out, 0 where the node
-// did not grant the lock. A node whose grant arrived after the quorum's
-// joins the lock later, so Fences may fill in after Acquire returned. Each
-// node's fences only grow; a resource that tracks the largest fence per
-// node and refuses a write unless some node's fence is at least its largest
-// is safe from stale holders, because any two quorums share a node.
+// Fences returns the fencing token each node handed out, in the order of the
+// clients given to New, 0 where the node did not grant the lock. A node
+// whose grant arrived after the quorum's joins the lock later, so Fences may
+// fill in after Acquire returned: take them when making the write they
+// guard.
+//
+// Fences are what fences a Redlock's holders: each node's fences grow with
+// every grant there, and any two quorums share a node, where the later
+// holder's fence is the larger. So a resource refuses a write if, for any
+// node the writer was granted on, its fence is below the largest fence the
+// resource has accepted from that node (and refuses fences of fewer than a
+// quorum of nodes). FenceSet does exactly that. Refusing a write only when
+// no node's fence is the largest seen is not enough: a stale holder can
+// still be the largest on a node the later holder did not take.
 func (l *Lock) Fences() []int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.fences)
 }
 
-// Fence returns the largest of Fences. It is not guaranteed to grow across
-// acquisitions (two quorums may differ in the node that gave the largest);
-// use Fences with a per-node check where fencing must be strict.
+// Fence returns the largest of Fences, for logs and metrics (the observers'
+// AcquireEvent.Fence). It is not a fencing token across holders, although
+// dlock.Lock's contract says so of a single-node lock: the nodes' fences are
+// not comparable with each other (each is a node's own counter, seeded by
+// that node's clock), and two holders' quorums need share only one node, so
+// the next holder's Fence is smaller whenever the node that gave the largest
+// is not in its quorum and runs ahead of the others (a node whose clock is
+// fast, or whose counter ran ahead). A resource
+// that fences by Fence alone can admit a stale holder: fence with Fences and
+// a FenceSet.
+//
+// Making one number grow across quorums would take a second round on a
+// quorum at every acquisition (write the largest fence back before the lock
+// is handed out, so the next quorum reads it on the node they share); Fences
+// give the same safety without it.
 func (l *Lock) Fence() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
