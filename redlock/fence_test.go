@@ -84,7 +84,7 @@ func TestFenceSetRealRun(t *testing.T) {
 	_, rdbs := startNodes(t, 3)
 	r := newRedlock(t, rdbs)
 	const name = "fenced"
-	ahead := time.Now().Add(10*time.Second).UnixMicro()
+	ahead := time.Now().Add(10 * time.Second).UnixMicro()
 	if err := rdbs[0].Set(bg, "dlock:{"+name+"}:fence", strconv.FormatInt(ahead, 10), 0).Err(); err != nil {
 		t.Fatal(err)
 	}
