@@ -168,8 +168,12 @@ func TestReleaseEndsContextBeforeKeysAreFreed(t *testing.T) {
 			if alive {
 				t.Fatalf("%s: a second Redlock got the lock while the first holder's context is alive", c.name)
 			}
-			if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrReleased) {
+			cause := context.Cause(l.Context())
+			if !errors.Is(cause, dlock.ErrReleased) {
 				t.Fatalf("cause %v, want ErrReleased", cause)
+			}
+			if closed := errors.Is(cause, dlock.ErrClosed); closed != (c.name != "Release") {
+				t.Fatalf("%s: cause %v, matching ErrClosed: %v", c.name, cause, closed)
 			}
 			srvs[2].Resume()
 			select {
