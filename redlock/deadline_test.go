@@ -184,3 +184,60 @@ func TestReleaseEndsContextBeforeKeysAreFreed(t *testing.T) {
 		})
 	}
 }
+
+// TestLateRefreshDoesNotRevive: a Refresh sent before a majority of nodes
+// stopped, and confirmed by all of them once they run again, after the
+// deadline ended the lock but before their keys expired. The confirmation
+// comes from a quorum, in time for the validity it would give (sent at
+// 0.6s, a TTL of 2s), yet the lock stays lost: Refresh reports ErrNotHeld,
+// TTL too, and Release frees the keys the late Refresh extended.
+// (A background renewal cannot be held this way: the loss cancels it, and
+// go-redis then drops its connection, and the stopped node the command.)
+func TestLateRefreshDoesNotRevive(t *testing.T) {
+	srvs, probes := startNodes(t, 3)
+	r := newRedlock(t, plainClients(t, srvs, -1))
+	const ttl = 2 * time.Second // deadline at 1.8s, keys until 2s
+	l, err := r.TryAcquire(bg, "late", dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every node in the lock", func() bool { return asLock(t, l).Fences()[2] != 0 })
+	pauseNode(t, srvs[1])
+	pauseNode(t, srvs[2])
+	refreshed := make(chan error, 1)
+	time.Sleep(400 * time.Millisecond)
+	go func() { refreshed <- l.Refresh(bg, ttl) }()
+	select {
+	case <-l.Context().Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("context alive 3s after two nodes of three stopped, with a TTL of 2s")
+	}
+	srvs[1].Resume()
+	srvs[2].Resume()
+	var rerr error
+	select {
+	case rerr = <-refreshed:
+	case <-time.After(3 * time.Second):
+		t.Fatal("Refresh did not return 3s after the nodes ran again")
+	}
+	// Proof that the nodes ran the Refresh after the deadline: their keys,
+	// not yet expired then, are extended by a full TTL.
+	if pttl := probes[1].PTTL(bg, "dlock:{late}").Val(); pttl < ttl/2 {
+		t.Fatalf("node 1's key has %v left: the Refresh did not reach it late, the test proves nothing", pttl)
+	}
+	if !errors.Is(rerr, dlock.ErrNotHeld) {
+		t.Fatalf("Refresh confirmed after the deadline: %v, want ErrNotHeld", rerr)
+	}
+	if left, err := l.TTL(bg); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("TTL after the late Refresh: %v, %v; want ErrNotHeld", left, err)
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", cause)
+	}
+	if err := l.Release(bg); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release of a lost lock: %v, want ErrNotHeld", err)
+	}
+	if n := exists(probes, "dlock:{late}"); n != 0 {
+		t.Fatalf("keys left on %d nodes after Release", n)
+	}
+}
