@@ -241,3 +241,63 @@ func TestLateRefreshDoesNotRevive(t *testing.T) {
 		t.Fatalf("keys left on %d nodes after Release", n)
 	}
 }
+
+// TestWaitZeroMakesOneAttempt (issue 17, item 8): Acquire with WithWait(0)
+// is one attempt, as TryAcquire: it takes a free lock, and on a busy one it
+// reports the holder's lease, which only an attempt can learn.
+func TestWaitZeroMakesOneAttempt(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	r := newRedlock(t, rdbs)
+	sent := &counter{}
+	for _, rdb := range rdbs {
+		rdb.AddHook(sent)
+	}
+	l, err := r.Acquire(bg, "zero", dlock.WithWait(0), dlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire(WithWait(0)) of a free lock: %v (%d commands sent)", err, sent.n.Load())
+	}
+	defer l.Release(bg)
+	other := newRedlock(t, rdbs)
+	start := time.Now()
+	_, err = other.Acquire(bg, "zero", dlock.WithWait(0), dlock.WithTTL(5*time.Second))
+	var busy *dlock.NotObtainedError
+	if !errors.As(err, &busy) || busy.HolderTTL < time.Second {
+		t.Fatalf("Acquire(WithWait(0)) of a busy lock: %v, want not obtained with the holder's lease", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Acquire(WithWait(0)) took %v", d)
+	}
+}
+
+// TestTryAcquireKeepsCallersDeadline (issue 17, item 8): with two nodes of
+// three stopped and clients without ContextTimeoutEnabled (a call there
+// waits for the 3s ReadTimeout), TryAcquire returns by the caller's
+// deadline of 300ms, with its error, and leaves no grant behind.
+func TestTryAcquireKeepsCallersDeadline(t *testing.T) {
+	srvs, probes := startNodes(t, 3)
+	r := newRedlock(t, plainClients(t, srvs, 0))
+	warm, err := r.TryAcquire(bg, "warm") // scripts loaded on every node
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every node in the lock", func() bool { return asLock(t, warm).Fences()[2] != 0 })
+	if err := warm.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	pauseNode(t, srvs[1])
+	pauseNode(t, srvs[2])
+	ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = r.TryAcquire(ctx, "deadline", dlock.WithTTL(10*time.Second))
+	d := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire with two nodes stopped: %v, want the context's deadline", err)
+	}
+	if d > 300*time.Millisecond+150*time.Millisecond {
+		t.Fatalf("TryAcquire returned %v after it began, past the caller's deadline of 300ms", d.Round(time.Millisecond))
+	}
+	if n := probes[0].Exists(bg, "dlock:{deadline}").Val(); n != 0 {
+		t.Fatal("node 0 keeps the grant of a failed attempt")
+	}
+}
