@@ -261,8 +261,8 @@ func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
-// Release releases the lock on every node that granted it and ends its
-// context (cause dlock.ErrReleased). It reports dlock.ErrNotHeld when it was
+// Release ends the lock's context (cause dlock.ErrReleased), before any node
+// is asked, then releases the lock on every node that granted it. It reports dlock.ErrNotHeld when it was
 // released before, when its context had already ended with a loss (the
 // nodes that still had it are freed all the same), or when fewer than a
 // quorum of nodes released it (joined with the nodes' errors, if any); the

@@ -125,8 +125,10 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // errClosedRelease is the cause of the context of a lock released by Close.
 var errClosedRelease = fmt.Errorf("%w by Close (%w)", dlock.ErrReleased, dlock.ErrClosed)
 
-// Close releases the locks the Redlock still holds, ends their contexts
-// (with a cause matching both dlock.ErrReleased and dlock.ErrClosed), ends
+// Close ends the contexts of the locks the Redlock still holds (with a
+// cause matching both dlock.ErrReleased and dlock.ErrClosed, as a
+// dlock.Client's Close does), each before its release is sent, releases
+// them, ends
 // the waits under way (they fail with dlock.ErrClosed, as every acquisition
 // after Close does; a lock obtained while Close ran is released again), and
 // stops and waits for every goroutine the Redlock started: attempts still
