@@ -135,21 +135,28 @@ func TestContextEndsBeforeLiveKeysExpire(t *testing.T) {
 // any key is freed: else a second Redlock takes the lock on the live nodes
 // while the first holder's work still runs under a live context.
 func TestReleaseEndsContextBeforeKeysAreFreed(t *testing.T) {
+	release := func(_ *redlock.Redlock, l dlock.Lock) error { return l.Release(bg) }
+	closeAll := func(r *redlock.Redlock, _ dlock.Lock) error { return r.Close(bg) }
 	cases := []struct {
 		name  string
 		renew bool
-		end   func(r *redlock.Redlock, l dlock.Lock) error
+		ttl   time.Duration
+		// before: how long after the node stopped the lock is ended; with
+		// a TTL of 900ms, 400ms finds a renewal stuck on the stopped node.
+		before time.Duration
+		end    func(r *redlock.Redlock, l dlock.Lock) error
 	}{
-		{"Release", true, func(_ *redlock.Redlock, l dlock.Lock) error { return l.Release(bg) }},
-		{"Close", true, func(r *redlock.Redlock, _ dlock.Lock) error { return r.Close(bg) }},
-		{"Close without renewal", false, func(r *redlock.Redlock, _ dlock.Lock) error { return r.Close(bg) }},
+		{"Release", true, 10 * time.Second, 0, release},
+		{"Close", true, 10 * time.Second, 0, closeAll},
+		{"Close without renewal", false, 10 * time.Second, 0, closeAll},
+		{"Close during a renewal", true, 900 * time.Millisecond, 400 * time.Millisecond, closeAll},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			srvs, probes := startNodes(t, 3)
 			r := newRedlock(t, plainClients(t, srvs, -1))
 			second := newRedlock(t, probes)
-			opts := []dlock.AcquireOption{dlock.WithTTL(10 * time.Second)}
+			opts := []dlock.AcquireOption{dlock.WithTTL(c.ttl)}
 			if !c.renew {
 				opts = append(opts, dlock.WithoutRenewal())
 			}
@@ -159,6 +166,10 @@ func TestReleaseEndsContextBeforeKeysAreFreed(t *testing.T) {
 			}
 			waitFor(t, "node 2 in the lock", func() bool { return asLock(t, l).Fences()[2] != 0 })
 			pauseNode(t, srvs[2])
+			time.Sleep(c.before)
+			if l.Context().Err() != nil {
+				t.Fatalf("context ended before the test ended the lock: %v", context.Cause(l.Context()))
+			}
 
 			ended := make(chan error, 1)
 			go func() { ended <- c.end(r, l) }()
