@@ -104,9 +104,8 @@ func (l *Lock) Fences() []int64 {
 // that node's clock), and two holders' quorums need share only one node, so
 // the next holder's Fence is smaller whenever the node that gave the largest
 // is not in its quorum and runs ahead of the others (a node whose clock is
-// fast, or whose counter ran ahead). A resource
-// that fences by Fence alone can admit a stale holder: fence with Fences and
-// a FenceSet.
+// fast, or whose counter ran ahead). A resource that fences by Fence alone
+// can admit a stale holder: fence with Fences and a FenceSet.
 //
 // Making one number grow across quorums would take a second round on a
 // quorum at every acquisition (write the largest fence back before the lock
@@ -262,12 +261,12 @@ func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
 }
 
 // Release ends the lock's context (cause dlock.ErrReleased), before any node
-// is asked, then releases the lock on every node that granted it. It reports dlock.ErrNotHeld when it was
-// released before, when its context had already ended with a loss (the
-// nodes that still had it are freed all the same), or when fewer than a
-// quorum of nodes released it (joined with the nodes' errors, if any); the
-// lock is over either way, and a node that did not answer lets it expire
-// with its TTL.
+// is asked, then releases the lock on every node that granted it. It reports
+// dlock.ErrNotHeld when it was released before, when its context had already
+// ended with a loss (the nodes that still had it are freed all the same), or
+// when fewer than a quorum of nodes released it (joined with the nodes'
+// errors, if any); the lock is over either way, and a node that did not
+// answer lets it expire with its TTL.
 //
 // Release runs on a context of its own, as a Client's Release does: ctx's
 // values but not its cancellation or deadline, bounded by the release
