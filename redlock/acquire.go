@@ -289,9 +289,9 @@ func (t *tally) failure(name string, left time.Duration) error {
 }
 
 // try makes one attempt on every node at once, with one token. It returns
-// the lock if a quorum granted it within the validity (the TTL less the
-// time the attempt took and the margin), else an error, and the longest
-// lease the busy nodes reported.
+// the lock if a quorum granted it, and a quorum took its fence (raiseFence),
+// within the validity (the TTL less the time the attempt took and the
+// margin), else an error, and the longest lease the busy nodes reported.
 func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings) (*Lock, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, opError("acquire", name, err) // nothing sent
@@ -328,10 +328,25 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 		}
 	}
 	left := time.Until(valid)
-	var l *Lock
+	var (
+		l       *Lock
+		failErr error // of the second round, which raises the fence
+	)
 	if ctxErr == nil && t.got >= r.quorum && left > 0 {
-		l = r.newLock(ctx, name, k, token, s, start, valid, t.fences)
-	} else {
+		fence, err := r.raiseFence(ctx, actx, k, token, t.fences)
+		left = time.Until(valid)
+		switch {
+		case err == nil && left > 0:
+			l = r.newLock(ctx, name, k, token, s, start, valid, t.fences, fence)
+		case ctx.Err() != nil:
+			ctxErr = ctx.Err()
+		case err == nil:
+			failErr = opError("acquire", name, fmt.Errorf("%w: the validity ran out while the fence was written", ErrNoQuorum))
+		default:
+			failErr = opError("acquire", name, err)
+		}
+	}
+	if l == nil {
 		cancel() // the attempts still out are of no use now
 	}
 	// The replies still out are collected in the background: a grant joins
@@ -367,6 +382,8 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 		return nil, t.holder, opError("acquire", name, dlock.ErrClosed) // Close cancelled the attempts
 	case ctxErr != nil:
 		return nil, t.holder, opError("acquire", name, ctxErr)
+	case failErr != nil:
+		return nil, 0, failErr
 	}
 	return nil, t.holder, t.failure(name, left)
 }

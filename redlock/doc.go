@@ -50,15 +50,18 @@
 //
 // # Fencing
 //
-// Fence with Fences, one per node, not with Fence: a resource refuses a
-// write if, for any node the writer was granted on, its fence is below the
-// largest fence the resource has accepted from that node, and refuses
-// fences of fewer than a quorum of nodes. FenceSet implements the rule.
-// Any two quorums share a node, where the later holder's fence is the
-// larger, so a stale holder is refused once the next holder wrote. Fence,
-// the largest of a lock's node fences, is no fencing token across holders:
-// the nodes' fences are not comparable, and it goes back when the node that
-// gave it runs ahead and is not in the next quorum.
+// Fence grows with every acquisition of a name, as dlock.Lock's contract
+// has it, also across holders whose quorums differ: it is the largest of the
+// fences the granting nodes handed out, written back into the fence counter
+// of a quorum of them before the lock is handed out (a second round, one
+// round trip to the nodes that granted), so the next holder, whose quorum
+// shares a node with that one, gets a larger fence there. The nodes' own
+// fences (Fences) are not comparable with each other: each node's counter
+// is seeded by its own clock. A resource can also fence node by node: it
+// refuses a write if, for any node the writer was granted on, its fence is
+// below the largest fence it has accepted from that node, and refuses
+// fences of fewer than a quorum of nodes (FenceSet). Refusing only when no
+// node's fence is the largest seen admits a stale holder.
 //
 // # Goroutines
 //

@@ -12,23 +12,26 @@ import (
 var ErrStaleFence = errors.New("redlock: stale fence")
 
 // FenceSet is what a resource protected by a Redlock keeps to refuse stale
-// holders: the largest fence it has accepted from each node, in the nodes'
-// order (the order of the clients given to New, which is the order of
-// Lock.Fences). The zero value has accepted nothing. Keep it with the
-// resource (a row, a file) and update it in the same transaction as the
-// write it admits; a resource written in another language applies the same
-// rule (Admit).
+// holders by their Fences, node by node: the largest fence it has accepted
+// from each node, in the nodes' order (the order of the clients given to
+// New, which is the order of Lock.Fences). The zero value has accepted
+// nothing. Keep it with the resource (a row, a file) and update it in the
+// same transaction as the write it admits; a resource written in another
+// language applies the same rule (Admit). Lock.Fence, one number, is the
+// simpler token; a FenceSet does not depend on the fence a lock writes back
+// to a quorum when it is acquired, only on each node's own counter.
 //
 // Why per node: each node's fences grow with every grant of a name there,
 // but different nodes' fences are not comparable (each starts from its own
 // counter and clock), and two holders need not share more than one node. Any
 // two quorums share a node, and there the later holder's fence is the
 // larger: so once the resource has accepted a write of the later holder, a
-// write of the earlier one is below it on that node. A rule that compares a
-// single number, or admits a write when some node's fence is the largest
-// seen, admits the stale holder: holder 1 granted on nodes {A, B} with
-// fences [1001, 11, -], holder 2 on {B, C} with [-, 12, 12]; after holder 2
-// wrote, holder 1 is still the largest on A, and below it only on B.
+// write of the earlier one is below it on that node. A rule that admits a
+// write when some node's fence is the largest seen from that node (what
+// Fences documented before) admits the stale holder: holder 1 granted on
+// nodes {A, B} with fences [1001, 11, -], holder 2 on {B, C} with
+// [-, 12, 12]; after holder 2 wrote, holder 1 is still the largest on A, and
+// below it only on B.
 type FenceSet []int64
 
 // Admit checks a write that carries fences (the writer's Lock.Fences, taken

@@ -1,12 +1,15 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redlock"
@@ -75,11 +78,9 @@ func TestFenceSetRefusesStaleHolder(t *testing.T) {
 	}
 }
 
-// TestFenceSetRealRun: the same interleaving on three redis-servers. Node A's
-// fence counter is set 10s ahead, as a node whose clock runs fast would
-// hand out: Fence (the largest of a lock's fences) then goes back from
-// holder 1 to holder 2, so a resource fencing by Fence alone would admit the
-// stale holder; a FenceSet refuses it.
+// TestFenceSetRealRun: the same interleaving on three redis-servers, node
+// A's fence counter set 10s ahead, as a node whose clock runs fast would
+// hand out: a FenceSet refuses the stale holder 1.
 func TestFenceSetRealRun(t *testing.T) {
 	_, rdbs := startNodes(t, 3)
 	r := newRedlock(t, rdbs)
@@ -143,8 +144,49 @@ func TestFenceSetRealRun(t *testing.T) {
 	if !someNodeLargest(seen, f1) {
 		t.Error("the old per-node rule refuses holder 1 here: the run is not the issue's interleaving")
 	}
-	if h1.Fence() <= h2.Fence() {
-		t.Errorf("Fence %d then %d: node A's counter ahead should make it go back", h1.Fence(), h2.Fence())
+}
+
+// TestFenceGrowsAcrossQuorums: Fence, the one number dlock.Lock's contract
+// says grows with every acquisition of the name, grows across holders whose
+// quorums differ, even when the node that gave a holder's largest fence runs
+// ahead (its counter set 10s ahead, as a fast clock would make it) and is
+// not in the next quorum: holders on {A, B}, then {B, C}, then {A, C}.
+func TestFenceGrowsAcrossQuorums(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	r := newRedlock(t, rdbs)
+	const name = "grows"
+	ahead := time.Now().Add(10 * time.Second).UnixMicro()
+	if err := rdbs[0].Set(bg, "dlock:{"+name+"}:fence", strconv.FormatInt(ahead, 10), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for round, out := range []int{2, 0, 1} { // the node kept out of each quorum
+		c, err := dlock.New(rdbs[out])
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocker, err := c.TryAcquire(bg, name, dlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := r.TryAcquire(bg, name, dlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := asLock(t, l).Fences(); f[out] != 0 {
+			t.Fatalf("round %d: fences %v, want node %d out", round, f, out)
+		}
+		if f := l.Fence(); f <= last {
+			t.Fatalf("round %d (fences %v): Fence %d after %d: it went back", round, asLock(t, l).Fences(), f, last)
+		}
+		last = l.Fence()
+		if err := l.Release(bg); err != nil {
+			t.Fatal(err)
+		}
+		if err := blocker.Release(bg); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close(bg)
 	}
 }
 
@@ -166,4 +208,58 @@ func ExampleFenceSet() {
 	// true
 	// redlock: stale fence: node 1's fence 11 is below 12, accepted from a later holder
 	// [1001 12 12]
+}
+
+// failRaise is a go-redis hook that fails the fence write-back (a script
+// call with 2 keys and 3 arguments: raiseScript) without sending it, as a
+// node lost between its grant and the second round would.
+type failRaise struct{ counter }
+
+func (h *failRaise) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := cmd.Args()
+		if len(a) == 8 && (a[0] == "evalsha" || a[0] == "eval") && fmt.Sprint(a[2]) == "2" {
+			h.n.Add(1)
+			err := errors.New("injected: node lost before the fence write-back")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestFenceWriteBackFailsAcquisition: when the second round cannot write the
+// fence to a quorum, the acquisition fails with ErrNoQuorum and gives back
+// every grant, instead of handing out a Fence the next holder may not
+// exceed.
+func TestFenceWriteBackFailsAcquisition(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	const name = "writeback"
+	// Node A runs ahead (its fence is the largest), node C is busy: the
+	// fence must be written to node B, whose client fails the write.
+	ahead := time.Now().Add(10 * time.Second).UnixMicro()
+	if err := rdbs[0].Set(bg, "dlock:{"+name+"}:fence", strconv.FormatInt(ahead, 10), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := dlock.New(rdbs[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(bg)
+	if _, err := c.TryAcquire(bg, name, dlock.WithTTL(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	hook := &failRaise{}
+	rdbs[1].AddHook(hook)
+	r := newRedlock(t, rdbs)
+	_, err = r.TryAcquire(bg, name, dlock.WithTTL(10*time.Second))
+	if !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("TryAcquire with the fence write-back failing: %v, want ErrNoQuorum", err)
+	}
+	if hook.n.Load() == 0 {
+		t.Fatal("no fence write-back was tried on node B: the test proves nothing")
+	}
+	if n := exists(rdbs[:2], "dlock:{"+name+"}"); n != 0 {
+		t.Fatalf("grants left on %d nodes after the failed acquisition", n)
+	}
 }

@@ -27,6 +27,7 @@ type Lock struct {
 	token string
 	start time.Time // send time of the acquisition, for held times
 	renew bool      // renewed in the background: no WithoutRenewal
+	fence int64     // Fence: the largest node fence, raised on a quorum
 
 	ctx    context.Context // ended when the lock ends; carries the acquirer's values
 	cancel context.CancelCauseFunc
@@ -59,8 +60,8 @@ const (
 )
 
 func (r *Redlock) newLock(ctx context.Context, name string, k node.Keys, token string, s dlock.AcquireSettings,
-	start, valid time.Time, fences []int64) *Lock {
-	l := &Lock{r: r, name: name, keys: k, token: token, start: start, renew: s.Renew,
+	start, valid time.Time, fences []int64, fence int64) *Lock {
+	l := &Lock{r: r, name: name, keys: k, token: token, start: start, renew: s.Renew, fence: fence,
 		stop: make(chan struct{}), done: make(chan struct{}), fences: fences, valid: valid, ttl: s.TTL}
 	// The caller's values (trace ids), not its cancellation: the lock lives
 	// until it is released or lost. It carries the lock itself, so that
@@ -83,39 +84,35 @@ func (l *Lock) Token() string { return l.token }
 // fill in after Acquire returned: take them when making the write they
 // guard.
 //
-// Fences are what fences a Redlock's holders: each node's fences grow with
-// every grant there, and any two quorums share a node, where the later
-// holder's fence is the larger. So a resource refuses a write if, for any
-// node the writer was granted on, its fence is below the largest fence the
-// resource has accepted from that node (and refuses fences of fewer than a
-// quorum of nodes). FenceSet does exactly that. Refusing a write only when
-// no node's fence is the largest seen is not enough: a stale holder can
-// still be the largest on a node the later holder did not take.
+// Fences can fence a Redlock's holders node by node: each node's fences
+// grow with every grant there, and any two quorums share a node, where the
+// later holder's fence is the larger. So a resource refuses a write if, for
+// any node the writer was granted on, its fence is below the largest fence
+// the resource has accepted from that node (and refuses fences of fewer
+// than a quorum of nodes). FenceSet does exactly that. Refusing a write only
+// when no node's fence is the largest seen is not enough: a stale holder can
+// still be the largest on a node the later holder did not take. Fence is
+// the one-number alternative.
 func (l *Lock) Fences() []int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.fences)
 }
 
-// Fence returns the largest of Fences, for logs and metrics (the observers'
-// AcquireEvent.Fence). It is not a fencing token across holders, although
-// dlock.Lock's contract says so of a single-node lock: the nodes' fences are
-// not comparable with each other (each is a node's own counter, seeded by
-// that node's clock), and two holders' quorums need share only one node, so
-// the next holder's Fence is smaller whenever the node that gave the largest
-// is not in its quorum and runs ahead of the others (a node whose clock is
-// fast, or whose counter ran ahead). A resource that fences by Fence alone
-// can admit a stale holder: fence with Fences and a FenceSet.
-//
-// Making one number grow across quorums would take a second round on a
-// quorum at every acquisition (write the largest fence back before the lock
-// is handed out, so the next quorum reads it on the node they share); Fences
-// give the same safety without it.
-func (l *Lock) Fence() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Max(l.fences)
-}
+// Fence returns the lock's fencing token, which grows with every
+// acquisition of the name, as dlock.Lock's contract has it, also across
+// holders whose quorums differ: it is the largest of the fences the granting
+// nodes handed out, and before the lock is handed out it is written into the
+// fence counter of a quorum of them, so the next holder, whose quorum shares
+// a node with that one, gets a larger fence there. (The nodes' own fences
+// are not comparable: each node's counter is seeded by its clock, and the
+// largest alone goes back when the node that gave it runs ahead and is not
+// in the next quorum.) A resource that refuses a Fence smaller than the
+// largest it has seen is safe from stale holders, as with a Client. Like a
+// lock, a fence written to a node is forgotten when the node restarts empty
+// (its counter then starts again from its clock): run the nodes with
+// persistence. Fences with a FenceSet is the per-node alternative.
+func (l *Lock) Fence() int64 { return l.fence }
 
 // Context returns the lock's context, cancelled when the lock ends; pass it
 // to the work the lock protects. context.Cause tells why:
