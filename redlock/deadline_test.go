@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -67,7 +68,7 @@ func TestContextEndsBeforeLiveKeysExpire(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "node 2 in the lock", func() bool { return asLock(t, l).Fences()[2] != 0 })
+			waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, l).Fences(), 0) })
 			pauseNode(t, srvs[2])
 
 			// At the moment the context ends, the live nodes' keys must
@@ -164,7 +165,7 @@ func TestReleaseEndsContextBeforeKeysAreFreed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "node 2 in the lock", func() bool { return asLock(t, l).Fences()[2] != 0 })
+			waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, l).Fences(), 0) })
 			pauseNode(t, srvs[2])
 			time.Sleep(c.before)
 			if l.Context().Err() != nil {
@@ -215,7 +216,7 @@ func TestLateRefreshDoesNotRevive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every node in the lock", func() bool { return asLock(t, l).Fences()[2] != 0 })
+	waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, l).Fences(), 0) })
 	// Nodes 1 and 2 keep the keys until 2.6s, not 2s: a wide window between
 	// the deadline and their expiry for the late Refresh to land in on a
 	// busy machine. The validity, the holder's own, is not moved by it.
@@ -303,7 +304,7 @@ func TestTryAcquireKeepsCallersDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every node in the lock", func() bool { return asLock(t, warm).Fences()[2] != 0 })
+	waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, warm).Fences(), 0) })
 	if err := warm.Release(bg); err != nil {
 		t.Fatal(err)
 	}
@@ -322,5 +323,45 @@ func TestTryAcquireKeepsCallersDeadline(t *testing.T) {
 	}
 	if n := probes[0].Exists(bg, "dlock:{deadline}").Val(); n != 0 {
 		t.Fatal("node 0 keeps the grant of a failed attempt")
+	}
+}
+
+// TestCrossingRefreshesNeverOverstateValidity: Refreshes of a long and a
+// short TTL sent at once, their replies crossing, never leave the holder's
+// validity past any node's lease: the validity keeps the longest confirmed
+// lease, and the nodes never shorten one.
+func TestCrossingRefreshesNeverOverstateValidity(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	r := newRedlock(t, rdbs)
+	l, err := r.TryAcquire(bg, "cross", dlock.WithTTL(time.Second), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(bg)
+	// Every node in the lock, so that every node is refreshed: a node that
+	// has not joined yet is not, and keeps its first lease.
+	waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, l).Fences(), 0) })
+	for round := range 10 {
+		long, short := make(chan error, 1), make(chan error, 1)
+		go func() { long <- l.Refresh(bg, 3*time.Second) }()
+		go func() { short <- l.Refresh(bg, 500*time.Millisecond) }()
+		if err := <-long; err != nil {
+			t.Fatalf("round %d: Refresh(3s): %v", round, err)
+		}
+		if err := <-short; err != nil {
+			t.Fatalf("round %d: Refresh(500ms): %v", round, err)
+		}
+		left, err := l.TTL(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, rdb := range rdbs {
+			if pttl := rdb.PTTL(bg, "dlock:{cross}").Val(); pttl < left {
+				t.Fatalf("round %d: validity %v left, node %d's lease %v", round, left, i, pttl)
+			}
+		}
+		if left < 2*time.Second {
+			t.Fatalf("round %d: validity %v left after Refresh(3s): the short Refresh shortened it", round, left)
+		}
 	}
 }
