@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 
@@ -11,30 +12,13 @@ import (
 	"github.com/dlock-go/dlock/internal/node"
 )
 
-// raiseScript writes a lock's fence (ARGV[2]) into a node's fence counter,
-// if it is larger and the node still holds the lock for token (ARGV[1]), so
-// that the node's next grant hands out a larger fence. ARGV[3]: the
-// counter's idle lifetime in ms, as the acquire script sets it. A counter
-// dlock did not write is refused, as the acquire script refuses it.
-var raiseScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
-  return 0
-end
-local cur = redis.pcall('GET', KEYS[2])
-local n = 0
-if type(cur) == 'table' and cur.err then
-  n = nil
-elseif cur then
-  n = tonumber(cur)
-end
-if not n then
-  return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ' does not hold an integer')
-end
-if tonumber(ARGV[2]) > n then
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-end
-return 1
-`)
+// raiseScript is raise_fence.lua: it writes a lock's fence into a node's
+// fence counter while the node holds the lock.
+//
+//go:embed raise_fence.lua
+var raiseSource string
+
+var raiseScript = redis.NewScript(raiseSource)
 
 // raiseFence is the second round of an acquisition that a quorum granted,
 // and what makes Fence grow across holders. The lock's Fence is the largest
