@@ -7,8 +7,9 @@
 // A Redlock (one per process, made by New over N clients) hands out Locks.
 // An acquisition sends the acquire script with one random token to every
 // node at once and holds the lock when a quorum (N/2 + 1) granted it within
-// its validity: the TTL less the time the attempt took and a drift
-// allowance (TTL/100 + 2ms). It returns as soon as a quorum granted or can
+// its validity: the TTL less the time the attempt took and a margin (a
+// tenth of the TTL, the single-node lock's lease margin, which covers the
+// Redlock algorithm's clock drift allowance of TTL/100 + 2ms). It returns as soon as a quorum granted or can
 // no longer grant, without waiting for slow nodes; a grant that arrives
 // later joins the lock, or is given back when the lock has failed or ended.
 //
@@ -24,10 +25,43 @@
 // with the other. The keys and scripts on each node are the core's
 // (internal/node), under the same prefix.
 //
-// A Lock is renewed on all its nodes at a third of its TTL; its context
+// A Lock is renewed on all its nodes at a third of its TTL. Its context
 // ends when no renewal reached a quorum before the validity ran out, or a
 // majority of the nodes no longer hold it. Waiting polls with jittered
 // backoff: Redlock does not join the core's waiter queues.
+//
+// # The deadline
+//
+// The holder learns of the end of its lease before the nodes' leases end,
+// whatever the network does:
+//   - the validity is dated from the send time of the command that a quorum
+//     confirmed (the acquisition, then a renewal or Refresh), less the
+//     margin; the nodes' leases start when the command arrives, later;
+//   - a timer of the lock's own ends its context when the validity runs
+//     out, independent of any request still out (a stopped node holds a
+//     renewal for go-redis' ReadTimeout, 3s by default);
+//   - only a refresh that a quorum confirmed moves the validity, dated from
+//     that refresh's send; nodes never shorten a lease, so replies that
+//     cross cannot leave the validity past a node's lease; and a
+//     confirmation that arrives after the context ended revives nothing;
+//   - Release and Close end the context before asking any node: the nodes
+//     that answer free their keys at once, while a stopped one may keep the
+//     release waiting for seconds.
+//
+// # Fencing
+//
+// Fence grows with every acquisition of a name, as dlock.Lock's contract
+// has it, also across holders whose quorums differ: it is the largest of the
+// fences the granting nodes handed out, written back into the fence counter
+// of a quorum of them before the lock is handed out (a second round, one
+// round trip to the nodes that granted), so the next holder, whose quorum
+// shares a node with that one, gets a larger fence there. The nodes' own
+// fences (Fences) are not comparable with each other: each node's counter
+// is seeded by its own clock. A resource can also fence node by node: it
+// refuses a write if, for any node the writer was granted on, its fence is
+// below the largest fence it has accepted from that node, and refuses
+// fences of fewer than a quorum of nodes (FenceSet). Refusing only when no
+// node's fence is the largest seen admits a stale holder.
 //
 // # Goroutines
 //
@@ -42,8 +76,7 @@
 // process pauses like any lease. A node restarted empty forgets the locks it
 // held: while the rest of a quorum holds, no second holder gets in, but run
 // nodes with persistence, or restart them only after the longest TTL, to
-// keep that margin. Fence is the largest of the nodes' fences and need not
-// grow across quorums; strict fencing checks Fences node by node. Lock has
+// keep that margin. Lock has
 // no hold limit (WithMaxHold is refused), and WithReplicas does not apply to
 // independent primaries (refused too); nor are read locks (Shared).
 package redlock

@@ -15,8 +15,8 @@ import (
 // Lock is a lock held on a quorum of a Redlock's nodes: one acquisition,
 // with one token on every node. It implements dlock.Lock; Fences tells the
 // fence each node handed out. Its lease is the validity of the quorum: the
-// TTL less the time the acquisition (or the last renewal) took and the
-// drift allowance (TTL/100 + 2ms), on the local monotonic clock.
+// TTL less the time the acquisition (or the last renewal) took and a margin
+// (a tenth of the TTL), on the local monotonic clock.
 //
 // A Lock is safe for concurrent use. Once Release returned, its methods
 // report dlock.ErrNotHeld.
@@ -27,6 +27,7 @@ type Lock struct {
 	token string
 	start time.Time // send time of the acquisition, for held times
 	renew bool      // renewed in the background: no WithoutRenewal
+	fence int64     // Fence: the largest node fence, raised on a quorum
 
 	ctx    context.Context // ended when the lock ends; carries the acquirer's values
 	cancel context.CancelCauseFunc
@@ -59,8 +60,8 @@ const (
 )
 
 func (r *Redlock) newLock(ctx context.Context, name string, k node.Keys, token string, s dlock.AcquireSettings,
-	start, valid time.Time, fences []int64) *Lock {
-	l := &Lock{r: r, name: name, keys: k, token: token, start: start, renew: s.Renew,
+	start, valid time.Time, fences []int64, fence int64) *Lock {
+	l := &Lock{r: r, name: name, keys: k, token: token, start: start, renew: s.Renew, fence: fence,
 		stop: make(chan struct{}), done: make(chan struct{}), fences: fences, valid: valid, ttl: s.TTL}
 	// The caller's values (trace ids), not its cancellation: the lock lives
 	// until it is released or lost. It carries the lock itself, so that
@@ -77,26 +78,41 @@ func (l *Lock) Name() string { return l.name }
 // secret of the holder: never log it in full.
 func (l *Lock) Token() string { return l.token }
 
-// Fences returns the fencing token each node handed out, 0 where the node
-// did not grant the lock. A node whose grant arrived after the quorum's
-// joins the lock later, so Fences may fill in after Acquire returned. Each
-// node's fences only grow; a resource that tracks the largest fence per
-// node and refuses a write unless some node's fence is at least its largest
-// is safe from stale holders, because any two quorums share a node.
+// Fences returns the fencing token each node handed out, in the order of the
+// clients given to New, 0 where the node did not grant the lock. A node
+// whose grant arrived after the quorum's joins the lock later, so Fences may
+// fill in after Acquire returned: take them when making the write they
+// guard.
+//
+// Fences can fence a Redlock's holders node by node: each node's fences
+// grow with every grant there, and any two quorums share a node, where the
+// later holder's fence is the larger. So a resource refuses a write if, for
+// any node the writer was granted on, its fence is below the largest fence
+// the resource has accepted from that node (and refuses fences of fewer
+// than a quorum of nodes). FenceSet does exactly that. Refusing a write only
+// when no node's fence is the largest seen is not enough: a stale holder can
+// still be the largest on a node the later holder did not take. Fence is
+// the one-number alternative.
 func (l *Lock) Fences() []int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.fences)
 }
 
-// Fence returns the largest of Fences. It is not guaranteed to grow across
-// acquisitions (two quorums may differ in the node that gave the largest);
-// use Fences with a per-node check where fencing must be strict.
-func (l *Lock) Fence() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Max(l.fences)
-}
+// Fence returns the lock's fencing token, which grows with every
+// acquisition of the name, as dlock.Lock's contract has it, also across
+// holders whose quorums differ: it is the largest of the fences the granting
+// nodes handed out, and before the lock is handed out it is written into the
+// fence counter of a quorum of them, so the next holder, whose quorum shares
+// a node with that one, gets a larger fence there. (The nodes' own fences
+// are not comparable: each node's counter is seeded by its clock, and the
+// largest alone goes back when the node that gave it runs ahead and is not
+// in the next quorum.) A resource that refuses a Fence smaller than the
+// largest it has seen is safe from stale holders, as with a Client. Like a
+// lock, a fence written to a node is forgotten when the node restarts empty
+// (its counter then starts again from its clock): run the nodes with
+// persistence. Fences with a FenceSet is the per-node alternative.
+func (l *Lock) Fence() int64 { return l.fence }
 
 // Context returns the lock's context, cancelled when the lock ends; pass it
 // to the work the lock protects. context.Cause tells why:
@@ -183,7 +199,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 	}
 	wg.Wait()
 	n := len(l.r.nodes)
-	if ok >= l.r.quorum && time.Since(start) < ttl-drift(ttl) {
+	if ok >= l.r.quorum && time.Since(start) < ttl-margin(ttl) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.state != held {
@@ -196,7 +212,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 		}
 		// Node leases are never shortened (a renewal and a Refresh that
 		// cross keep the longer), so the validity only moves forward.
-		if v := start.Add(ttl - drift(ttl)); v.After(l.valid) {
+		if v := start.Add(ttl - margin(ttl)); v.After(l.valid) {
 			l.valid = v
 		}
 		return extended, nil
@@ -241,13 +257,13 @@ func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
-// Release releases the lock on every node that granted it and ends its
-// context (cause dlock.ErrReleased). It reports dlock.ErrNotHeld when it was
-// released before, when its context had already ended with a loss (the
-// nodes that still had it are freed all the same), or when fewer than a
-// quorum of nodes released it (joined with the nodes' errors, if any); the
-// lock is over either way, and a node that did not answer lets it expire
-// with its TTL.
+// Release ends the lock's context (cause dlock.ErrReleased), before any node
+// is asked, then releases the lock on every node that granted it. It reports
+// dlock.ErrNotHeld when it was released before, when its context had already
+// ended with a loss (the nodes that still had it are freed all the same), or
+// when fewer than a quorum of nodes released it (joined with the nodes'
+// errors, if any); the lock is over either way, and a node that did not
+// answer lets it expire with its TTL.
 //
 // Release runs on a context of its own, as a Client's Release does: ctx's
 // values but not its cancellation or deadline, bounded by the release
@@ -284,8 +300,13 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	fences := slices.Clone(l.fences)
 	l.mu.Unlock()
 
-	n, errs := l.releaseNodes(ctx, fences)
+	// The context ends before any node is asked: the nodes that answer
+	// free the keys at once, and a second holder can take the lock on them
+	// while a node that stopped answering keeps the release waiting, for
+	// seconds, with the watch (and its deadline) already stopped.
+	// (TestReleaseEndsContextBeforeKeysAreFreed.)
 	l.cancel(cause)
+	n, errs := l.releaseNodes(ctx, fences)
 	l.r.untrack(l)
 	e := dlock.ReleaseEvent{Name: l.name, Result: dlock.ResultOK, Held: time.Since(l.start), AfterLoss: afterLoss}
 	var err error
@@ -303,7 +324,7 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 		err = opError("release", l.name, msg)
 	case afterLoss:
 		// The lock's context already told the holder it was lost (the
-		// validity ran out, a drift margin before the nodes' leases): the
+		// validity ran out, a margin before the nodes' leases): the
 		// keys, still ours, are freed early for the next holder, but the
 		// holder learns what its context said, as from a Client.
 		err = opError("release", l.name, fmt.Errorf("%w: lost before the release (%w)", dlock.ErrNotHeld, l.lossCause))
@@ -370,6 +391,33 @@ func (l *Lock) lose(reason dlock.Reason, cause error) {
 	l.state = lost
 	l.lossCause = cause
 	l.mu.Unlock()
+	l.lost(reason, cause)
+}
+
+// expire ends the lock if its validity has run out, and else returns what
+// is left of it. It looks and marks the lock lost under one hold of mu: a
+// refresh confirmed meanwhile either moved the validity before the look, or
+// finds the lock lost and reports so, never success for a lock whose
+// context then ends.
+func (l *Lock) expire(cause error) time.Duration {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return 0
+	}
+	if left := time.Until(l.valid); left > 0 {
+		l.mu.Unlock()
+		return left
+	}
+	l.state = lost
+	l.lossCause = cause
+	l.mu.Unlock()
+	l.lost(dlock.ReasonExpired, cause)
+	return 0
+}
+
+// lost tells the observers of a loss just marked, and ends the context.
+func (l *Lock) lost(reason dlock.Reason, cause error) {
 	// Observers first: whoever wakes on the context finds the metrics and
 	// logs already telling of the loss.
 	for _, o := range l.r.cfg.observers {
@@ -424,16 +472,14 @@ func (l *Lock) watch() {
 		case <-l.ctx.Done():
 			return // lost: a Refresh found it gone
 		case <-deadline.C:
-			_, valid := l.lease()
-			if left := time.Until(valid); left > 0 {
-				deadline.Reset(left) // a renewal or Refresh moved it
-				continue
-			}
 			cause := fmt.Errorf("%w: validity ran out (renewal off)", dlock.ErrLockLost)
 			if l.renew {
 				cause = fmt.Errorf("%w: %w: no renewal reached a quorum before the validity ran out", dlock.ErrLockLost, ErrNoQuorum)
 			}
-			l.lose(dlock.ReasonExpired, cause)
+			if left := l.expire(cause); left > 0 {
+				deadline.Reset(left) // a renewal or Refresh moved it
+				continue
+			}
 			return
 		case <-renewC:
 			renewC = nil

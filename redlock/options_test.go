@@ -1,7 +1,10 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,5 +125,54 @@ func TestRefreshChecksTTL(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	if pttl := rdbs[0].PTTL(bg, "dlock:{refresh}").Val(); pttl < 2*time.Second {
 		t.Fatalf("node 0's lease %v after a renewal following Refresh(3s)", pttl)
+	}
+}
+
+// TestRefreshInvalidTTLSendsNothing (issue 17, item 4): Refresh(ctx, 0)
+// used to send PEXPIRE 0, deleting the lock on every node while its context
+// lived on. It is refused before anything is sent, and the lock lives on.
+func TestRefreshInvalidTTLSendsNothing(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	r := newRedlock(t, rdbs)
+	// No renewal: the only commands would be the Refreshes'.
+	l, err := r.TryAcquire(bg, "refresh0", dlock.WithTTL(10*time.Second), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(bg)
+	waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, l).Fences(), 0) })
+	sent := &counter{}
+	for _, rdb := range rdbs {
+		rdb.AddHook(sent)
+	}
+	for _, ttl := range []time.Duration{0, -time.Millisecond} {
+		if err := l.Refresh(bg, ttl); !errors.Is(err, dlock.ErrInvalidTTL) {
+			t.Fatalf("Refresh(%v): %v, want ErrInvalidTTL", ttl, err)
+		}
+	}
+	if n := sent.n.Load(); n != 0 {
+		t.Fatalf("%d commands sent by refused Refreshes", n)
+	}
+	if n := exists(rdbs, "dlock:{refresh0}"); n != 3 || l.Context().Err() != nil {
+		t.Fatalf("after refused Refreshes: on %d nodes, context %v", n, context.Cause(l.Context()))
+	}
+}
+
+// counter is a go-redis hook that counts the commands and pipelines sent.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
 	}
 }

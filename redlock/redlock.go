@@ -125,19 +125,20 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // errClosedRelease is the cause of the context of a lock released by Close.
 var errClosedRelease = fmt.Errorf("%w by Close (%w)", dlock.ErrReleased, dlock.ErrClosed)
 
-// Close releases the locks the Redlock still holds, ends their contexts
-// (with a cause matching both dlock.ErrReleased and dlock.ErrClosed), ends
-// the waits under way (they fail with dlock.ErrClosed, as every acquisition
+// Close ends the contexts of the locks the Redlock still holds (with a cause
+// matching both dlock.ErrReleased and dlock.ErrClosed, as a dlock.Client's
+// Close does), each before its release is sent, releases them, ends the
+// waits under way (they fail with dlock.ErrClosed, as every acquisition
 // after Close does; a lock obtained while Close ran is released again), and
 // stops and waits for every goroutine the Redlock started: attempts still
 // out, renewals, grants being given back.
 //
 // The releases keep ctx's values but not its cancellation or deadline, and
 // are bounded by the release timeout, as Release is. A lock that could not
-// be released on some node expires there with its TTL. The error joins the failed
-// releases. The wait for the goroutines is bounded by the release timeout
-// and by the lock TTLs, as long as go-redis keeps to context deadlines
-// (ContextTimeoutEnabled).
+// be released on some node expires there with its TTL. The error joins the
+// failed releases. The wait for the goroutines is bounded by the release
+// timeout and by the lock TTLs, as long as go-redis keeps to context
+// deadlines (ContextTimeoutEnabled).
 func (r *Redlock) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true

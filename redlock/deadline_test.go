@@ -1,0 +1,367 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// plainClients returns clients with go-redis' defaults where they matter
+// here: no ContextTimeoutEnabled, so a call on a stopped node waits for the
+// ReadTimeout (3s) whatever its context says. retries: go-redis' MaxRetries
+// (0: its default of 3; -1: none).
+func plainClients(t *testing.T, srvs []*redistest.Server, retries int) []redis.UniversalClient {
+	t.Helper()
+	rdbs := make([]redis.UniversalClient, len(srvs))
+	for i, s := range srvs {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: retries})
+		t.Cleanup(func() { _ = rdb.Close() })
+		if err := rdb.Ping(bg).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdbs[i] = rdb
+	}
+	return rdbs
+}
+
+// pauseNode stops srv's process (SIGSTOP) until the end of the test. Call
+// it after the Redlocks are made: cleanups run last first, so the node
+// answers again before their Close waits for the calls stuck on it.
+func pauseNode(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+}
+
+// TestContextEndsBeforeLiveKeysExpire (issue 17, item 1): with one node of
+// three stopped and go-redis' defaults (a renewal stuck there for the 3s
+// ReadTimeout), the holder's context ends before the keys on the live nodes
+// expire, by a margin the holder can use to stop its work (the single-node
+// lock's: a tenth of the TTL; at least 50ms of the 90ms are asked here, the
+// rest is left to scheduling), and a second Redlock gets the lock only after
+// the first context has ended.
+func TestContextEndsBeforeLiveKeysExpire(t *testing.T) {
+	for _, renew := range []bool{true, false} {
+		name := "renewal"
+		if !renew {
+			name = "without renewal"
+		}
+		t.Run(name, func(t *testing.T) {
+			srvs, probes := startNodes(t, 3)
+			r := newRedlock(t, plainClients(t, srvs, 0))
+			second := newRedlock(t, probes)
+			const ttl = 900 * time.Millisecond
+			opts := []dlock.AcquireOption{dlock.WithTTL(ttl)}
+			if !renew {
+				opts = append(opts, dlock.WithoutRenewal())
+			}
+			start := time.Now()
+			l, err := r.TryAcquire(bg, "stall", opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, l).Fences(), 0) })
+			pauseNode(t, srvs[2])
+
+			// At the moment the context ends, the live nodes' keys must
+			// still have a margin left, on the one clock the servers and
+			// the test share.
+			type end struct {
+				at     time.Time
+				expire []int64 // PEXPIRETIME on nodes 0 and 1, unix ms (-2: gone)
+			}
+			ended := make(chan end, 1)
+			go func() {
+				<-l.Context().Done()
+				e := end{at: time.Now()}
+				for _, p := range probes[:2] {
+					ctx, cancel := context.WithTimeout(bg, time.Second)
+					e.expire = append(e.expire, p.PExpireTime(ctx, "dlock:{stall}").Val().Milliseconds())
+					cancel()
+				}
+				ended <- e
+			}()
+
+			l2, err := second.Acquire(bg, "stall", dlock.WithTTL(ttl), dlock.WithWait(5*time.Second))
+			if err != nil {
+				t.Fatalf("second Redlock: %v", err)
+			}
+			got := time.Now()
+			alive := l.Context().Err() == nil
+			defer l2.Release(bg)
+			if alive {
+				t.Fatalf("a second Redlock got the lock %v after the first acquisition while the first holder's context is alive",
+					got.Sub(start).Round(time.Millisecond))
+			}
+			var e end
+			select {
+			case e = <-ended:
+			case <-time.After(3 * time.Second):
+				t.Fatal("no PEXPIRETIME read 3s after the context ended")
+			}
+			for i, exp := range e.expire {
+				if exp < 0 {
+					t.Fatalf("node %d: the key was gone (%d) when the holder's context ended, %v after the acquisition",
+						i, exp, e.at.Sub(start).Round(time.Millisecond))
+				}
+				left := time.UnixMilli(exp).Sub(e.at)
+				t.Logf("node %d: context ended %v after the acquisition, %v before the key expired; second holder in at %v",
+					i, e.at.Sub(start).Round(time.Millisecond), left.Round(time.Millisecond), got.Sub(start).Round(time.Millisecond))
+				if left < 50*time.Millisecond {
+					t.Fatalf("node %d: the holder's context ended %v before the key expired there; want at least 50ms (a tenth of the TTL less scheduling)",
+						i, left.Round(time.Millisecond))
+				}
+			}
+			if d := e.at.Sub(start); d > ttl {
+				t.Fatalf("context ended %v after the acquisition began, past the %v lease", d.Round(time.Millisecond), ttl)
+			}
+			if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) {
+				t.Fatalf("cause %v, want ErrLockLost", cause)
+			}
+		})
+	}
+}
+
+// TestReleaseEndsContextBeforeKeysAreFreed: Release and Close free the keys
+// on the nodes that answer at once, while a stopped node keeps them waiting
+// (3s, go-redis' ReadTimeout). The holder's context must have ended before
+// any key is freed: else a second Redlock takes the lock on the live nodes
+// while the first holder's work still runs under a live context.
+func TestReleaseEndsContextBeforeKeysAreFreed(t *testing.T) {
+	release := func(_ *redlock.Redlock, l dlock.Lock) error { return l.Release(bg) }
+	closeAll := func(r *redlock.Redlock, _ dlock.Lock) error { return r.Close(bg) }
+	cases := []struct {
+		name  string
+		renew bool
+		ttl   time.Duration
+		// before: how long after the node stopped the lock is ended; with
+		// a TTL of 900ms, 400ms finds a renewal stuck on the stopped node.
+		before time.Duration
+		end    func(r *redlock.Redlock, l dlock.Lock) error
+	}{
+		{"Release", true, 10 * time.Second, 0, release},
+		{"Close", true, 10 * time.Second, 0, closeAll},
+		{"Close without renewal", false, 10 * time.Second, 0, closeAll},
+		{"Close during a renewal", true, 900 * time.Millisecond, 400 * time.Millisecond, closeAll},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srvs, probes := startNodes(t, 3)
+			r := newRedlock(t, plainClients(t, srvs, -1))
+			second := newRedlock(t, probes)
+			opts := []dlock.AcquireOption{dlock.WithTTL(c.ttl)}
+			if !c.renew {
+				opts = append(opts, dlock.WithoutRenewal())
+			}
+			l, err := r.TryAcquire(bg, "free", opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, l).Fences(), 0) })
+			pauseNode(t, srvs[2])
+			time.Sleep(c.before)
+			if l.Context().Err() != nil {
+				t.Fatalf("context ended before the test ended the lock: %v", context.Cause(l.Context()))
+			}
+
+			ended := make(chan error, 1)
+			go func() { ended <- c.end(r, l) }()
+			l2, err := second.Acquire(bg, "free", dlock.WithTTL(time.Second), dlock.WithWait(2*time.Second))
+			if err != nil {
+				t.Fatalf("second Redlock: %v", err)
+			}
+			alive := l.Context().Err() == nil
+			defer l2.Release(bg)
+			if alive {
+				t.Fatalf("%s: a second Redlock got the lock while the first holder's context is alive", c.name)
+			}
+			cause := context.Cause(l.Context())
+			if !errors.Is(cause, dlock.ErrReleased) {
+				t.Fatalf("cause %v, want ErrReleased", cause)
+			}
+			if closed := errors.Is(cause, dlock.ErrClosed); closed != (c.name != "Release") {
+				t.Fatalf("%s: cause %v, matching ErrClosed: %v", c.name, cause, closed)
+			}
+			srvs[2].Resume()
+			select {
+			case <-ended:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s did not return 10s after the node came back", c.name)
+			}
+		})
+	}
+}
+
+// TestLateRefreshDoesNotRevive: a Refresh sent before a majority of nodes
+// stopped, and confirmed by all of them once they run again, after the
+// deadline ended the lock but before their keys expired. The confirmation
+// comes from a quorum, in time for the validity it would give (sent at
+// 0.6s, a TTL of 2s), yet the lock stays lost: Refresh reports ErrNotHeld,
+// TTL too, and Release frees the keys the late Refresh extended.
+// (A background renewal cannot be held this way: the loss cancels it, and
+// go-redis then drops its connection, and the stopped node the command.)
+func TestLateRefreshDoesNotRevive(t *testing.T) {
+	srvs, probes := startNodes(t, 3)
+	r := newRedlock(t, plainClients(t, srvs, -1))
+	const ttl = 2 * time.Second // deadline at 1.8s
+	l, err := r.TryAcquire(bg, "late", dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, l).Fences(), 0) })
+	// Nodes 1 and 2 keep the keys until 2.6s, not 2s: a wide window between
+	// the deadline and their expiry for the late Refresh to land in on a
+	// busy machine. The validity, the holder's own, is not moved by it.
+	for _, p := range probes[1:] {
+		if err := p.PExpire(bg, "dlock:{late}", ttl+600*time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pauseNode(t, srvs[1])
+	pauseNode(t, srvs[2])
+	refreshed := make(chan error, 1)
+	time.Sleep(400 * time.Millisecond)
+	go func() { refreshed <- l.Refresh(bg, ttl) }()
+	select {
+	case <-l.Context().Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("context alive 3s after two nodes of three stopped, with a TTL of 2s")
+	}
+	srvs[1].Resume()
+	srvs[2].Resume()
+	var rerr error
+	select {
+	case rerr = <-refreshed:
+	case <-time.After(3 * time.Second):
+		t.Fatal("Refresh did not return 3s after the nodes ran again")
+	}
+	// Proof that the nodes ran the Refresh after the deadline: their keys,
+	// not yet expired then, are extended by a full TTL (without it, less
+	// than 0.8s would be left).
+	if pttl := probes[1].PTTL(bg, "dlock:{late}").Val(); pttl < 1400*time.Millisecond {
+		t.Fatalf("node 1's key has %v left: the Refresh did not reach it late, the test proves nothing", pttl)
+	}
+	if !errors.Is(rerr, dlock.ErrNotHeld) {
+		t.Fatalf("Refresh confirmed after the deadline: %v, want ErrNotHeld", rerr)
+	}
+	if left, err := l.TTL(bg); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("TTL after the late Refresh: %v, %v; want ErrNotHeld", left, err)
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", cause)
+	}
+	if err := l.Release(bg); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release of a lost lock: %v, want ErrNotHeld", err)
+	}
+	if n := exists(probes, "dlock:{late}"); n != 0 {
+		t.Fatalf("keys left on %d nodes after Release", n)
+	}
+}
+
+// TestWaitZeroMakesOneAttempt (issue 17, item 8): Acquire with WithWait(0)
+// is one attempt, as TryAcquire: it takes a free lock, and on a busy one it
+// reports the holder's lease, which only an attempt can learn.
+func TestWaitZeroMakesOneAttempt(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	r := newRedlock(t, rdbs)
+	sent := &counter{}
+	for _, rdb := range rdbs {
+		rdb.AddHook(sent)
+	}
+	l, err := r.Acquire(bg, "zero", dlock.WithWait(0), dlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire(WithWait(0)) of a free lock: %v (%d commands sent)", err, sent.n.Load())
+	}
+	defer l.Release(bg)
+	other := newRedlock(t, rdbs)
+	start := time.Now()
+	_, err = other.Acquire(bg, "zero", dlock.WithWait(0), dlock.WithTTL(5*time.Second))
+	var busy *dlock.NotObtainedError
+	if !errors.As(err, &busy) || busy.HolderTTL < time.Second {
+		t.Fatalf("Acquire(WithWait(0)) of a busy lock: %v, want not obtained with the holder's lease", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Acquire(WithWait(0)) took %v", d)
+	}
+}
+
+// TestTryAcquireKeepsCallersDeadline (issue 17, item 8): with two nodes of
+// three stopped and clients without ContextTimeoutEnabled (a call there
+// waits for the 3s ReadTimeout), TryAcquire returns by the caller's
+// deadline of 300ms, with its error, and leaves no grant behind.
+func TestTryAcquireKeepsCallersDeadline(t *testing.T) {
+	srvs, probes := startNodes(t, 3)
+	r := newRedlock(t, plainClients(t, srvs, 0))
+	warm, err := r.TryAcquire(bg, "warm") // scripts loaded on every node
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, warm).Fences(), 0) })
+	if err := warm.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	pauseNode(t, srvs[1])
+	pauseNode(t, srvs[2])
+	ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = r.TryAcquire(ctx, "deadline", dlock.WithTTL(10*time.Second))
+	d := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire with two nodes stopped: %v, want the context's deadline", err)
+	}
+	if d > 300*time.Millisecond+150*time.Millisecond {
+		t.Fatalf("TryAcquire returned %v after it began, past the caller's deadline of 300ms", d.Round(time.Millisecond))
+	}
+	if n := probes[0].Exists(bg, "dlock:{deadline}").Val(); n != 0 {
+		t.Fatal("node 0 keeps the grant of a failed attempt")
+	}
+}
+
+// TestCrossingRefreshesNeverOverstateValidity: Refreshes of a long and a
+// short TTL sent at once, their replies crossing, never leave the holder's
+// validity past any node's lease: the validity keeps the longest confirmed
+// lease, and the nodes never shorten one.
+func TestCrossingRefreshesNeverOverstateValidity(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	r := newRedlock(t, rdbs)
+	l, err := r.TryAcquire(bg, "cross", dlock.WithTTL(time.Second), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(bg)
+	// Every node in the lock, so that every node is refreshed: a node that
+	// has not joined yet is not, and keeps its first lease.
+	waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, l).Fences(), 0) })
+	for round := range 10 {
+		long, short := make(chan error, 1), make(chan error, 1)
+		go func() { long <- l.Refresh(bg, 3*time.Second) }()
+		go func() { short <- l.Refresh(bg, 500*time.Millisecond) }()
+		if err := <-long; err != nil {
+			t.Fatalf("round %d: Refresh(3s): %v", round, err)
+		}
+		if err := <-short; err != nil {
+			t.Fatalf("round %d: Refresh(500ms): %v", round, err)
+		}
+		left, err := l.TTL(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, rdb := range rdbs {
+			if pttl := rdb.PTTL(bg, "dlock:{cross}").Val(); pttl < left {
+				t.Fatalf("round %d: validity %v left, node %d's lease %v", round, left, i, pttl)
+			}
+		}
+		if left < 2*time.Second {
+			t.Fatalf("round %d: validity %v left after Refresh(3s): the short Refresh shortened it", round, left)
+		}
+	}
+}
