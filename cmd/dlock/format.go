@@ -4,8 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
 )
@@ -88,7 +92,7 @@ func ownerText(i dlock.LockInfo) string {
 	if i.Kind == dlock.KindShared {
 		return fmt.Sprintf("(%d readers)", len(i.Readers))
 	}
-	return i.Owner
+	return safe(i.Owner)
 }
 
 // kindOf is the KIND column: read, write or semaphore.
@@ -130,7 +134,7 @@ func writeTable(w io.Writer, infos []dlock.LockInfo, now time.Time) error {
 		if i.Kind == dlock.KindSemaphore {
 			token = "-" // one per permit: see inspect
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%v\t%v\t%d\n", i.Name, kindOf(i), ownerText(i),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%v\t%v\t%d\n", safe(i.Name), kindOf(i), ownerText(i),
 			token, i.Fence, roundDur(i.Age(now)), roundDur(i.TTL), i.Waiters)
 	}
 	return tw.Flush()
@@ -142,7 +146,7 @@ func writeDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
 		return writeSemDetail(w, i, now)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
-	fmt.Fprintf(tw, "name:\t%s\n", i.Name)
+	fmt.Fprintf(tw, "name:\t%s\n", safe(i.Name))
 	fmt.Fprintf(tw, "kind:\t%s\n", kindText(i.Kind == dlock.KindShared))
 	fmt.Fprintf(tw, "owner:\t%s\n", ownerText(i))
 	fmt.Fprintf(tw, "token:\t%s… (prefix)\n", i.TokenPrefix())
@@ -150,9 +154,9 @@ func writeDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
 	fmt.Fprintf(tw, "held for:\t%v (since %s)\n", roundDur(i.Age(now)), i.Since.Format(time.RFC3339))
 	fmt.Fprintf(tw, "ttl left:\t%v of %v\n", roundDur(i.TTL), i.Lease)
 	fmt.Fprintf(tw, "waiters:\t%d\n", i.Waiters)
-	fmt.Fprintf(tw, "key:\t%s\n", i.Key)
+	fmt.Fprintf(tw, "key:\t%s\n", safe(i.Key))
 	for n, r := range i.Readers {
-		fmt.Fprintf(tw, "reader %d:\t%s, token %s…, fence %d, held %v, ttl left %v of %v\n", n+1, r.Owner, r.TokenPrefix(),
+		fmt.Fprintf(tw, "reader %d:\t%s, token %s…, fence %d, held %v, ttl left %v of %v\n", n+1, safe(r.Owner), r.TokenPrefix(),
 			r.Fence, roundDur(now.Sub(r.Since)), roundDur(r.TTL), r.Lease)
 	}
 	if err := tw.Flush(); err != nil {
@@ -165,11 +169,11 @@ func writeDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
 // waiters.
 func writeSemDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
 	fmt.Fprintf(w, "name:    %s (semaphore, %d of %d permits held)\nkey:     %s\nwaiters: %d\n",
-		i.Name, len(i.Holders), i.Permits, i.Key, i.Waiters)
+		safe(i.Name), len(i.Holders), i.Permits, safe(i.Key), i.Waiters)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PERMIT\tOWNER\tTOKEN\tFENCE\tAGE\tTTL")
 	for n, p := range i.Holders {
-		fmt.Fprintf(tw, "%d\t%s\t%s…\t%d\t%v\t%v of %v\n", n+1, p.Owner, p.TokenPrefix(), p.Fence,
+		fmt.Fprintf(tw, "%d\t%s\t%s…\t%d\t%v\t%v of %v\n", n+1, safe(p.Owner), p.TokenPrefix(), p.Fence,
 			roundDur(now.Sub(p.Since)), roundDur(p.TTL), p.Lease)
 	}
 	if err := tw.Flush(); err != nil {
@@ -187,7 +191,7 @@ func writeQueue(w io.Writer, q []dlock.WaiterInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "IN LINE\tWAITER\tKIND\tTOKEN\tALIVE")
 	for n, x := range q {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s…\t%v\n", n+1, x.Owner, kindText(x.Shared), x.TokenPrefix(), x.Alive)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s…\t%v\n", n+1, safe(x.Owner), kindText(x.Shared), x.TokenPrefix(), x.Alive)
 	}
 	return tw.Flush()
 }
@@ -202,4 +206,21 @@ func roundDur(d time.Duration) time.Duration {
 		return d.Round(100 * time.Millisecond)
 	}
 	return d.Round(time.Second)
+}
+
+// safe is s as a terminal should show it: as it is when every character
+// prints (and no tab shifts the table), else quoted with Go's escapes. A
+// name or owner is anyone's bytes: a newline would forge a table row, and
+// an escape sequence would reach the operator's terminal. A leading quote
+// is quoted too, so that a quoted text always was quoted by dlock.
+func safe(s string) string {
+	if strings.HasPrefix(s, `"`) {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if r == '\t' || r == utf8.RuneError || !unicode.IsPrint(r) && r != ' ' {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
