@@ -19,8 +19,11 @@
 //     waiters) and the "Longest holders", and when it was generated.
 //   - GET /api/locks?match=PATTERN&limit=N — the same as JSON:
 //     {"locks": [...], "hottest": [...], "longest": [...], "match", "limit",
-//     "truncated", "generated_at"}, each lock as {name, owner, token_prefix,
-//     fence, ttl_ms, lease_ms, age_ms, since, waiters}. match is a Redis glob
+//     "truncated", "generated_at"}, each lock a Lock: {name, key, owner,
+//     token_prefix, fence, since, age_ms, lease_ms, ttl_ms, waiters, kind,
+//     and when they apply readers, permits, holders, queue}. The CLI's
+//     `dlock list -o json` and `dlock inspect -o json` print the same
+//     shape; its field names are stable (fields are added, never renamed). match is a Redis glob
 //     on lock names ("" for all); limit is 1 to WithLimit's bound, by
 //     default that bound. "truncated" says more locks matched than listed.
 //     "hottest" has the TopN listed locks with the most waiters (only those

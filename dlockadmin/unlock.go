@@ -48,12 +48,12 @@ func (h *handler) unlockAPI(w http.ResponseWriter, r *http.Request) {
 func (h *handler) answerAPI(w http.ResponseWriter, res unlockResult) {
 	switch res.status {
 	case http.StatusOK:
-		writeJSON(w, http.StatusOK, map[string]any{"removed": toJSON(res.removed, h.now())})
+		writeJSON(w, http.StatusOK, map[string]any{"removed": LockOf(res.removed, h.now())})
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="dlockadmin"`)
 		writeError(w, res.status, res.msg)
 	case http.StatusConflict:
-		writeJSON(w, res.status, map[string]any{"error": res.msg, "current": toJSON(res.current, h.now())})
+		writeJSON(w, res.status, map[string]any{"error": res.msg, "current": LockOf(res.current, h.now())})
 	default:
 		writeError(w, res.status, res.msg)
 	}

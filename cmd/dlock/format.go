@@ -12,80 +12,21 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlockadmin"
 )
 
-// lockView is a lock as list and inspect show it. It has the token's prefix
-// only: the whole token is the holder's secret, with which anyone could
-// release the lock.
-type lockView struct {
-	Name        string    `json:"name"`
-	Key         string    `json:"key"`
-	Owner       string    `json:"owner"`
-	TokenPrefix string    `json:"token_prefix"`
-	Fence       int64     `json:"fence"`
-	Since       time.Time `json:"since"`
-	AgeMS       int64     `json:"age_ms"`
-	LeaseMS     int64     `json:"lease_ms"`
-	TTLMS       int64     `json:"ttl_ms"`
-	Waiters     int64     `json:"waiters"`
-	Kind        string    `json:"kind"` // exclusive, shared or semaphore
-	// Readers, Holders and Queue: see dlock.LockInfo; tokens by prefix only.
-	Readers []readerView `json:"readers,omitempty"`
-	Permits int          `json:"permits,omitempty"` // a semaphore's n
-	Holders []permitView `json:"holders,omitempty"` // a semaphore's permits
-	Queue   []waiterView `json:"queue,omitempty"`
-}
+// lockView is a lock as list and inspect show it in JSON: the admin API's
+// shape, defined once in dlockadmin, so a script can read either. It has
+// the token's prefix only: the whole token is the holder's secret, with
+// which anyone could release the lock.
+type (
+	lockView   = dlockadmin.Lock
+	readerView = dlockadmin.Holder
+	permitView = dlockadmin.Holder
+	waiterView = dlockadmin.Waiter
+)
 
-// permitView is one permit of a semaphore; a reader of a read lock reads
-// the same.
-type permitView = readerView
-
-type readerView struct {
-	Owner       string    `json:"owner"`
-	TokenPrefix string    `json:"token_prefix"`
-	Fence       int64     `json:"fence"`
-	Since       time.Time `json:"since"`
-	LeaseMS     int64     `json:"lease_ms"`
-	TTLMS       int64     `json:"ttl_ms"`
-}
-
-type waiterView struct {
-	Owner       string `json:"owner"`
-	TokenPrefix string `json:"token_prefix"`
-	Shared      bool   `json:"shared"`
-	AliveMS     int64  `json:"alive_ms"`
-}
-
-func viewOf(i dlock.LockInfo, now time.Time) lockView {
-	v := lockView{
-		Name: i.Name, Key: i.Key, Owner: i.Owner, TokenPrefix: i.TokenPrefix(), Fence: i.Fence,
-		Since: i.Since, AgeMS: i.Age(now).Milliseconds(), LeaseMS: i.Lease.Milliseconds(),
-		TTLMS: i.TTL.Milliseconds(), Waiters: i.Waiters, Kind: i.Kind, Permits: i.Permits,
-		Readers: readersView(i), Queue: queueView(i),
-	}
-	for _, p := range i.Holders {
-		v.Holders = append(v.Holders, permitView{Owner: p.Owner, TokenPrefix: p.TokenPrefix(), Fence: p.Fence,
-			Since: p.Since, LeaseMS: p.Lease.Milliseconds(), TTLMS: p.TTL.Milliseconds()})
-	}
-	return v
-}
-
-func readersView(i dlock.LockInfo) []readerView {
-	var out []readerView
-	for _, r := range i.Readers {
-		out = append(out, readerView{Owner: r.Owner, TokenPrefix: r.TokenPrefix(), Fence: r.Fence, Since: r.Since,
-			LeaseMS: r.Lease.Milliseconds(), TTLMS: r.TTL.Milliseconds()})
-	}
-	return out
-}
-
-func queueView(i dlock.LockInfo) []waiterView {
-	var out []waiterView
-	for _, w := range i.Queue {
-		out = append(out, waiterView{Owner: w.Owner, TokenPrefix: w.TokenPrefix(), Shared: w.Shared, AliveMS: w.Alive.Milliseconds()})
-	}
-	return out
-}
+func viewOf(i dlock.LockInfo, now time.Time) lockView { return dlockadmin.LockOf(i, now) }
 
 // ownerText is the OWNER column: the holder, or how many readers share it.
 func ownerText(i dlock.LockInfo) string {
