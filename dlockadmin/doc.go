@@ -98,7 +98,8 @@
 //     request.
 //   - 404 Not Found: nobody holds the lock.
 //   - 409 Conflict: the lock is held by another holder than the fence named
-//     (it changed hands); nothing was removed.
+//     (the fence differs: the lock changed hands, or the fence was not the
+//     holder's); nothing was removed.
 //   - 500 Internal Server Error: the lock's key holds data dlock did not
 //     write.
 //   - 503 Service Unavailable: Redis did not answer in time, or the dlock

@@ -21,9 +21,10 @@ import (
 const maxMatchLength = 2 * dlock.MaxNameLength
 
 type handler struct {
-	c   *dlock.Client
-	cfg config
-	now func() time.Time // the clock ages are measured on; tests keep it real
+	c       *dlock.Client
+	cfg     config
+	notices *noticeStore     // results of form unlocks, for the page after the redirect
+	now     func() time.Time // the clock ages are measured on; tests keep it real
 }
 
 // NewHandler returns the admin view of the locks held in c's Redis: a JSON
@@ -50,7 +51,7 @@ func NewHandler(c *dlock.Client, opts ...Option) (http.Handler, error) {
 	if cfg.log == nil {
 		cfg.log = slog.Default()
 	}
-	h := &handler{c: c, cfg: cfg, now: time.Now}
+	h := &handler{c: c, cfg: cfg, now: time.Now, notices: newNoticeStore()}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", h.page)

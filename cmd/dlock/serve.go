@@ -83,6 +83,7 @@ func (a *app) serve(ctx context.Context, listen, title string) error {
 	opts := []dlockadmin.Option{
 		dlockadmin.WithTitle(title),
 		dlockadmin.WithLogger(slog.New(slog.NewTextHandler(a.stderr, nil))),
+		dlockadmin.WithReadOnlyHint("set " + adminTokenEnv + " in the environment of dlock serve and restart it"),
 	}
 	if tok := a.getenv(adminTokenEnv); tok != "" {
 		opts = append(opts, dlockadmin.WithForceUnlock(tok))
