@@ -19,12 +19,9 @@ import (
 // shape, defined once in dlockadmin, so a script can read either. It has
 // the token's prefix only: the whole token is the holder's secret, with
 // which anyone could release the lock.
-type (
-	lockView   = dlockadmin.Lock
-	readerView = dlockadmin.Holder
-	permitView = dlockadmin.Holder
-	waiterView = dlockadmin.Waiter
-)
+// Its readers, permits and waiters are dlockadmin.Holder and
+// dlockadmin.Waiter.
+type lockView = dlockadmin.Lock
 
 func viewOf(i dlock.LockInfo, now time.Time) lockView { return dlockadmin.LockOf(i, now) }
 

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"io"
 	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -49,5 +52,34 @@ func TestShellQuote(t *testing.T) {
 		if got := shellQuote(in); got != want {
 			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// A read-only dlock serve tells the operator how to enable force unlock in
+// its own terms: the environment variable, not a Go option.
+func TestServeReadOnlyNamesTokenVariable(t *testing.T) {
+	srv := redistest.Start(t)
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	startDlock(t, srv, "serve", "--listen", "127.0.0.1:"+strconv.Itoa(port))
+	get := func(method, path string) (int, string) {
+		req, _ := http.NewRequest(method, base+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitFor(t, "serve answering", func() bool { code, _ := get("GET", "/healthz"); return code == http.StatusOK })
+	if code, page := get("GET", "/"); code != http.StatusOK || !strings.Contains(page, "Read-only view") || !strings.Contains(page, adminTokenEnv) {
+		t.Errorf("read-only page: %d, does not name %s:\n%s", code, adminTokenEnv, page)
+	}
+	if code, body := get("POST", "/api/locks/x/unlock?fence=1"); code != http.StatusForbidden || !strings.Contains(body, adminTokenEnv) {
+		t.Errorf("unlock on a read-only serve: %d %s; want 403 naming %s", code, body, adminTokenEnv)
 	}
 }
