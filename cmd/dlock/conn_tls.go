@@ -25,6 +25,7 @@ type tlsMismatchError struct {
 	addr string
 	msg  string
 	err  error
+	sure bool // the server was seen speaking the other protocol
 }
 
 func (e *tlsMismatchError) Error() string {
@@ -57,8 +58,10 @@ func tlsDialer(cfg *tls.Config, timeout time.Duration) func(context.Context, str
 			return nil, known
 		}
 		conn, err := dialTLS(ctx, cfg, timeout, network, addr)
+		// Only a mismatch seen is remembered: a handshake that merely timed
+		// out may be a slow link, which the next attempt may cross.
 		var me *tlsMismatchError
-		if errors.As(err, &me) {
+		if errors.As(err, &me) && me.sure {
 			mu.Lock()
 			mismatch[addr] = err
 			mu.Unlock()
@@ -68,48 +71,46 @@ func tlsDialer(cfg *tls.Config, timeout time.Duration) func(context.Context, str
 }
 
 func dialTLS(ctx context.Context, cfg *tls.Config, timeout time.Duration, network, addr string) (net.Conn, error) {
-	{
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		var d net.Dialer
-		raw, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		c := cfg.Clone()
-		if c.ServerName == "" {
-			// As tls.Dial: the name the certificate must have.
-			if host, _, err := net.SplitHostPort(addr); err == nil {
-				c.ServerName = host
-			}
-		}
-		// Three quarters of the budget for the handshake, the rest for the
-		// plaintext probe: the whole dial stays within --timeout.
-		deadline, _ := ctx.Deadline()
-		hctx, hcancel := context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)*3/4))
-		tc := tls.Client(raw, c)
-		err = tc.HandshakeContext(hctx)
-		hcancel()
-		if err == nil {
-			return tc, nil
-		}
-		_ = raw.Close()
-		var rh tls.RecordHeaderError
-		switch {
-		case errors.As(err, &rh):
-			// Something answered, and not in TLS.
-			return nil, &tlsMismatchError{addr: addr, err: err,
-				msg: fmt.Sprintf("it answered %q, which is not TLS; %s", rh.RecordHeader[:], plainHint)}
-		case hctx.Err() != nil && ctx.Err() == nil:
-			if reply, ok := speaksPlainRESP(ctx, network, addr); ok {
-				return nil, &tlsMismatchError{addr: addr, err: err,
-					msg: fmt.Sprintf("no TLS answer within %v, but PING in plain text got %q; %s", timeout*3/4, reply, plainHint)}
-			}
-			return nil, &tlsMismatchError{addr: addr, err: err,
-				msg: fmt.Sprintf("no TLS answer within %v (%v): is it a plaintext port, or a slow link (raise --timeout)?", timeout*3/4, err)}
-		}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, network, addr)
+	if err != nil {
 		return nil, err
 	}
+	c := cfg.Clone()
+	if c.ServerName == "" {
+		// As tls.Dial: the name the certificate must have.
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			c.ServerName = host
+		}
+	}
+	// Three quarters of the budget for the handshake, the rest for the
+	// plaintext probe: the whole dial stays within --timeout.
+	deadline, _ := ctx.Deadline()
+	hctx, hcancel := context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)*3/4))
+	tc := tls.Client(raw, c)
+	err = tc.HandshakeContext(hctx)
+	hcancel()
+	if err == nil {
+		return tc, nil
+	}
+	_ = raw.Close()
+	var rh tls.RecordHeaderError
+	switch {
+	case errors.As(err, &rh):
+		// Something answered, and not in TLS.
+		return nil, &tlsMismatchError{addr: addr, err: err, sure: true,
+			msg: fmt.Sprintf("it answered %q, which is not TLS; %s", rh.RecordHeader[:], plainHint)}
+	case hctx.Err() != nil && ctx.Err() == nil:
+		if reply, ok := speaksPlainRESP(ctx, network, addr); ok {
+			return nil, &tlsMismatchError{addr: addr, err: err, sure: true,
+				msg: fmt.Sprintf("no TLS answer within %v, but PING in plain text got %q; %s", timeout*3/4, reply, plainHint)}
+		}
+		return nil, &tlsMismatchError{addr: addr, err: err,
+			msg: fmt.Sprintf("no TLS answer within %v (%v): is it a plaintext port, or a slow link (raise --timeout)?", timeout*3/4, err)}
+	}
+	return nil, err
 }
 
 // speaksPlainRESP sends PING in clear to addr and returns the first reply
