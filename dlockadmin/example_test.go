@@ -112,3 +112,27 @@ func ExampleLockOf() {
 	// report:daily exclusive cron@host-1 30000 8
 	// report:daily exclusive cron@host-1 30000 8 true
 }
+
+// A read-only view tells the operator how to enable force unlock in the
+// program's own terms, here the environment variable it reads the token
+// from.
+func ExampleWithReadOnlyHint() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.MustNew(rdb)
+	defer locker.Close(bg)
+
+	opts := []dlockadmin.Option{dlockadmin.WithReadOnlyHint("set ADMIN_TOKEN and restart the service")}
+	if tok := ""; tok != "" { // os.Getenv("ADMIN_TOKEN") in a program
+		opts = append(opts, dlockadmin.WithForceUnlock(tok))
+	}
+	admin := dlockadmin.MustNewHandler(locker, opts...)
+
+	rec := httptest.NewRecorder()
+	admin.ServeHTTP(rec, httptest.NewRequest("POST", "/api/locks/report/unlock?fence=1", nil))
+	var answer struct{ Error string }
+	_ = json.Unmarshal(rec.Body.Bytes(), &answer)
+	fmt.Println(rec.Code, answer.Error)
+	// Output:
+	// 403 force unlock is disabled: this admin view is read-only (set ADMIN_TOKEN and restart the service)
+}
