@@ -530,12 +530,14 @@ func TestForceUnlockDisabled(t *testing.T) {
 		}
 	}
 	form := url.Values{"name": {"orders"}, "fence": {fence}, "admin_token": {adminSecret}}
+	// The form's answer is the page, after a redirect, with the refusal.
 	status, body, _ := e.do(t, "POST", "/unlock", strings.NewReader(form.Encode()), http.Header{"Content-Type": {"application/x-www-form-urlencoded"}})
-	if status != http.StatusForbidden || !strings.Contains(body, "disabled") {
-		t.Errorf("form unlock on a read-only handler: %d, want 403", status)
+	if status != http.StatusOK || !strings.Contains(body, `class="box bad"`) || !strings.Contains(body, "force unlock is disabled") {
+		t.Errorf("form unlock on a read-only handler: %d, want the page with the refusal:\n%s", status, body)
 	}
-	if _, body, _ := e.do(t, "GET", "/", nil, nil); strings.Contains(body, `name="admin_token"`) || !strings.Contains(body, "Read-only") {
-		t.Errorf("read-only page shows unlock forms")
+	if _, body, _ := e.do(t, "GET", "/", nil, nil); strings.Contains(body, `<form class="unlock"`) || strings.Contains(body, `id="admin-token"`) ||
+		!strings.Contains(body, "Read-only view: force unlock is disabled ("+dlockadmin.DefaultReadOnlyHint+")") {
+		t.Errorf("read-only page shows unlock forms, or no hint to enable them:\n%s", body)
 	}
 	if _, err := e.c.Inspect(bg, "orders"); err != nil {
 		t.Fatalf("lock gone after refused unlocks: %v", err)
@@ -569,7 +571,7 @@ func TestForceUnlockRefusals(t *testing.T) {
 		{"no fence", "orders", "", bearerHeader(adminSecret), 400, "fence"},
 		{"bad fence", "orders", "twelve", bearerHeader(adminSecret), 400, "fence"},
 		{"negative fence", "orders", "-4", bearerHeader(adminSecret), 400, "fence"},
-		{"fence mismatch", "orders", strconv.FormatInt(l.Fence()-1, 10), bearerHeader(adminSecret), 409, "changed hands"},
+		{"fence mismatch", "orders", strconv.FormatInt(l.Fence()-1, 10), bearerHeader(adminSecret), 409, "fence differs"},
 		{"not locked", "free-lock", fence, bearerHeader(adminSecret), 404, "nobody holds it"},
 		{"name too long", strings.Repeat("n", dlock.MaxNameLength+1), fence, bearerHeader(adminSecret), 400, "lock name"},
 	} {
@@ -717,27 +719,37 @@ func TestForceUnlockForm(t *testing.T) {
 			t.Errorf("page lacks %s", s)
 		}
 	}
+	// Each answer is the page after a redirect, with the result on top.
+	refused := func(what string, status int, body, want string) {
+		t.Helper()
+		if status != http.StatusOK || !strings.Contains(body, `class="box bad"`) || !strings.Contains(body, want) {
+			t.Errorf("%s: %d, want the page with %q on top:\n%s", what, status, want, body)
+		}
+	}
 	// The token is read from the body only, never from the query string.
-	if status, _ := post("?admin_token="+adminSecret, url.Values{"name": {"order:7"}, "fence": {fence}}); status != http.StatusUnauthorized {
-		t.Errorf("token in the query string: %d, want 401", status)
+	status, body := post("?admin_token="+adminSecret, url.Values{"name": {"order:7"}, "fence": {fence}})
+	refused("token in the query string", status, body, "needs the admin token")
+	status, body = post("", url.Values{"name": {"order:7"}, "fence": {fence}, "admin_token": {"nope"}})
+	refused("wrong token", status, body, "wrong admin token")
+	if !strings.Contains(body, "data-token-refused") {
+		t.Errorf("wrong token: the page does not tell its script to forget the token")
 	}
-	if status, _ := post("", url.Values{"name": {"order:7"}, "fence": {fence}, "admin_token": {"nope"}}); status != http.StatusUnauthorized {
-		t.Errorf("wrong token: %d, want 401", status)
+	status, body = post("", url.Values{"name": {"order:7"}, "fence": {"1"}, "admin_token": {adminSecret}})
+	refused("fence mismatch", status, body, "fence differs")
+	if strings.Contains(body, "changed hands") {
+		t.Errorf("fence mismatch says the lock changed hands")
 	}
-	if status, body := post("", url.Values{"name": {"order:7"}, "fence": {"1"}, "admin_token": {adminSecret}}); status != http.StatusConflict || !strings.Contains(body, "changed hands") {
-		t.Errorf("fence mismatch: %d, want 409 with the reason on the page", status)
-	}
-	status, body := post("", url.Values{"name": {"order:7"}, "fence": {fence}, "admin_token": {adminSecret}, "match": {"order:*"}})
-	if status != http.StatusOK || !strings.Contains(body, `class="box ok"`) || !strings.Contains(body, "No lock is held matching") {
-		t.Errorf("form unlock: %d, want 200 with the result and the refreshed list:\n%s", status, body)
+	status, body = post("", url.Values{"name": {"order:7"}, "fence": {fence}, "admin_token": {adminSecret}, "match": {"order:*"}})
+	if status != http.StatusOK || !strings.Contains(body, `class="box ok"`) || !strings.Contains(body, "No lock is held matching") ||
+		!strings.Contains(body, `name="match" value="order:*"`) {
+		t.Errorf("form unlock: %d, want 200 with the result and the list under the same filter:\n%s", status, body)
 	}
 	if _, err := e.c.Inspect(bg, "order:7"); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("after form unlock: %v, want ErrNotLocked", err)
 	}
-	// A resubmitted form (a browser refresh) finds nothing to remove.
-	if status, _ := post("", url.Values{"name": {"order:7"}, "fence": {fence}, "admin_token": {adminSecret}}); status != http.StatusNotFound {
-		t.Errorf("resubmitted form: %d, want 404", status)
-	}
+	// A form sent again finds nothing to remove.
+	status, body = post("", url.Values{"name": {"order:7"}, "fence": {fence}, "admin_token": {adminSecret}})
+	refused("resubmitted form", status, body, "nobody holds it")
 	// A cross-site form post never reaches the token check.
 	cross := sameOrigin.Clone()
 	cross.Set("Origin", "https://evil.example")

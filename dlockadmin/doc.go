@@ -13,14 +13,23 @@
 //
 // # Routes
 //
-//   - GET / — an HTML page, rendered on the server (no JavaScript, no
-//     external assets): a filter form, the held locks (name, owner, token
-//     prefix, fence, lease left, age, waiters), the "Hottest names" (most
-//     waiters) and the "Longest holders", and when it was generated.
+//   - GET / — an HTML page, rendered on the server (no external assets): a
+//     filter form, the held locks (name, owner, token prefix, fence, lease
+//     left, age, waiters), the "Hottest names" (most waiters) and the
+//     "Longest holders", and when it was generated. One small inline script
+//     refreshes the listing in place every 10 s from the page's own URL (so
+//     the filter stays), and asks for the admin token once per browser tab
+//     (kept in sessionStorage, never in a cookie, forgotten when the server
+//     refuses it). Without script the page still works: each row has a
+//     token field and a reload refreshes. On a narrow window each row is a
+//     card and long names wrap.
 //   - GET /api/locks?match=PATTERN&limit=N — the same as JSON:
 //     {"locks": [...], "hottest": [...], "longest": [...], "match", "limit",
-//     "truncated", "generated_at"}, each lock as {name, owner, token_prefix,
-//     fence, ttl_ms, lease_ms, age_ms, since, waiters}. match is a Redis glob
+//     "truncated", "generated_at"}, each lock a Lock: {name, key, owner,
+//     token_prefix, fence, since, age_ms, lease_ms, ttl_ms, waiters, kind,
+//     and when they apply readers, permits, holders, queue}. The CLI's
+//     `dlock list -o json` and `dlock inspect -o json` print the same
+//     shape; its field names are stable (fields are added, never renamed). match is a Redis glob
 //     on lock names ("" for all); limit is 1 to WithLimit's bound, by
 //     default that bound. "truncated" says more locks matched than listed.
 //     "hottest" has the TopN listed locks with the most waiters (only those
@@ -32,7 +41,10 @@
 //     form body; a name with '/' must be escaped as %2F here. Answers
 //     {"removed": lock}, or on 409 {"error", "current": lock}.
 //   - POST /unlock — the same for the HTML page's forms (fields name, fence,
-//     admin_token); answers the page with the result on top.
+//     admin_token, and match and limit to come back to); answers 303 See
+//     Other to the page with the result on top (Post/Redirect/Get), so that
+//     a reload of the result never sends the unlock again. The result waits
+//     in memory, under a random id in the redirect's URL, for 5 minutes.
 //
 // A full lock token never leaves the server: it would let its reader release
 // the lock. Pages and JSON carry its first 8 characters only.
@@ -53,8 +65,10 @@
 // lock's current token itself, checks that the fence still matches, and
 // calls dlock's ForceUnlock with that token, a compare-and-delete in Redis:
 // if the lock changed hands at any point after the operator looked, nothing
-// is removed and the answer is 409 Conflict with the current holder. A form
-// sent twice (a browser refresh) therefore cannot remove the next holder.
+// is removed and the answer is 409 Conflict ("fence differs") with the
+// current holder. A form sent twice therefore cannot remove the next
+// holder, and the page's redirect after each unlock keeps a reload from
+// sending it twice at all.
 //
 // Every attempt, refused or done, writes one audit line to the WithLogger
 // logger (slog.Default() by default): the remote address, the lock, the
@@ -67,17 +81,18 @@
 //
 //   - The admin token is compared in constant time (crypto/subtle, on
 //     SHA-256 digests so that its length does not leak either). API clients
-//     send it as a bearer token. The HTML form cannot set headers without
-//     JavaScript, so it sends the token in a password field of the POST
-//     body; it is read from the body only, never from a query string, which
-//     would end up in access logs and browser history.
+//     send it as a bearer token. The page's forms send it in the POST body
+//     (the script copies it from the token field; without script, a
+//     password field of the row); it is read from the body only, never from
+//     a query string, which would end up in access logs and browser history.
 //   - Cross-origin browser POSTs are refused with net/http's
 //     CrossOriginProtection (Sec-Fetch-Site, or Origin against Host): a page
 //     on another site cannot make an operator's browser post to an admin
 //     view on their loopback or intranet. Non-browser clients, which send
 //     neither header, are let through to the token check.
-//   - The page is served with a Content-Security-Policy that allows no
-//     script and no framing, and every response with Cache-Control: no-store.
+//   - The page is served with a Content-Security-Policy that allows its own
+//     inline script by hash and no other, fetches to its own origin only,
+//     and no framing; every response has Cache-Control: no-store.
 //   - Listings are bounded (WithLimit) and each request's Redis work is
 //     bounded by WithTimeout.
 //
@@ -95,7 +110,8 @@
 //     request.
 //   - 404 Not Found: nobody holds the lock.
 //   - 409 Conflict: the lock is held by another holder than the fence named
-//     (it changed hands); nothing was removed.
+//     (the fence differs: the lock changed hands, or the fence was not the
+//     holder's); nothing was removed.
 //   - 500 Internal Server Error: the lock's key holds data dlock did not
 //     write.
 //   - 503 Service Unavailable: Redis did not answer in time, or the dlock
@@ -109,6 +125,8 @@
 //
 // A listing is a snapshot taken with SCAN while locks come and go: a lock
 // acquired or released during the walk may be missing or already gone.
-// Ages are measured from the acquisition time the holder wrote, on its own
-// clock; a holder whose clock runs ahead shows an age of zero.
+// Ages are measured on the servers' clocks, never a holder's: from the
+// acquisition time Redis recorded (its TIME) to the admin server's clock
+// when the listing is made; a skew between the two shifts them, and an age
+// that would be negative shows as zero.
 package dlockadmin

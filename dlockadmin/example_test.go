@@ -79,3 +79,60 @@ func ExampleNewServeMux() {
 	// /healthz 200 ok
 	// /readyz 200 ready
 }
+
+// One shape for a lock in JSON: the API answers with Lock, `dlock list -o
+// json` prints it, and LockOf makes one from a dlock.LockInfo.
+func ExampleLockOf() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.MustNew(rdb, dlock.WithOwner("cron@host-1"))
+	defer locker.Close(bg)
+	lock, err := locker.Acquire(bg, "report:daily", dlock.WithTTL(30*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lock.Release(bg)
+
+	info, err := locker.Inspect(bg, "report:daily")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	mine := dlockadmin.LockOf(info, time.Now())
+
+	rec := httptest.NewRecorder()
+	dlockadmin.MustNewHandler(locker).ServeHTTP(rec, httptest.NewRequest("GET", "/api/locks/report:daily", nil))
+	var api dlockadmin.Lock
+	_ = json.Unmarshal(rec.Body.Bytes(), &api)
+
+	fmt.Println(mine.Name, mine.Kind, mine.Owner, mine.LeaseMS, len(mine.TokenPrefix))
+	fmt.Println(api.Name, api.Kind, api.Owner, api.LeaseMS, len(api.TokenPrefix), api.Fence == mine.Fence)
+	// Output:
+	// report:daily exclusive cron@host-1 30000 8
+	// report:daily exclusive cron@host-1 30000 8 true
+}
+
+// A read-only view tells the operator how to enable force unlock in the
+// program's own terms, here the environment variable it reads the token
+// from.
+func ExampleWithReadOnlyHint() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.MustNew(rdb)
+	defer locker.Close(bg)
+
+	opts := []dlockadmin.Option{dlockadmin.WithReadOnlyHint("set ADMIN_TOKEN and restart the service")}
+	if tok := ""; tok != "" { // os.Getenv("ADMIN_TOKEN") in a program
+		opts = append(opts, dlockadmin.WithForceUnlock(tok))
+	}
+	admin := dlockadmin.MustNewHandler(locker, opts...)
+
+	rec := httptest.NewRecorder()
+	admin.ServeHTTP(rec, httptest.NewRequest("POST", "/api/locks/report/unlock?fence=1", nil))
+	var answer struct{ Error string }
+	_ = json.Unmarshal(rec.Body.Bytes(), &answer)
+	fmt.Println(rec.Code, answer.Error)
+	// Output:
+	// 403 force unlock is disabled: this admin view is read-only (set ADMIN_TOKEN and restart the service)
+}

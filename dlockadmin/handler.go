@@ -21,9 +21,10 @@ import (
 const maxMatchLength = 2 * dlock.MaxNameLength
 
 type handler struct {
-	c   *dlock.Client
-	cfg config
-	now func() time.Time // the clock ages are measured on; tests keep it real
+	c       *dlock.Client
+	cfg     config
+	notices *noticeStore     // results of form unlocks, for the page after the redirect
+	now     func() time.Time // the clock ages are measured on; tests keep it real
 }
 
 // NewHandler returns the admin view of the locks held in c's Redis: a JSON
@@ -50,7 +51,7 @@ func NewHandler(c *dlock.Client, opts ...Option) (http.Handler, error) {
 	if cfg.log == nil {
 		cfg.log = slog.Default()
 	}
-	h := &handler{c: c, cfg: cfg, now: time.Now}
+	h := &handler{c: c, cfg: cfg, now: time.Now, notices: newNoticeStore()}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", h.page)
@@ -78,66 +79,6 @@ func MustNewHandler(c *dlock.Client, opts ...Option) http.Handler {
 		panic(err)
 	}
 	return h
-}
-
-// lockJSON is one lock as the API shows it: never the full token, which
-// would let the reader release the lock.
-type lockJSON struct {
-	Name        string    `json:"name"`
-	Owner       string    `json:"owner"`
-	TokenPrefix string    `json:"token_prefix"`
-	Fence       int64     `json:"fence"`
-	TTLms       int64     `json:"ttl_ms"`   // lease left now; negative: no expiry
-	LeaseMs     int64     `json:"lease_ms"` // the lease the holder asked for
-	AgeMs       int64     `json:"age_ms"`   // since acquisition, on this server's clock
-	Since       time.Time `json:"since"`    // acquisition, on the holder's clock
-	Waiters     int64     `json:"waiters"`
-	Kind        string    `json:"kind"` // "exclusive", "shared" or "semaphore"
-	// Readers of a shared lock, a semaphore's n and permits (each fence
-	// names one for unlock), and the live waiters in line, first first.
-	Readers []readerJSON `json:"readers,omitempty"`
-	Permits int          `json:"permits,omitempty"`
-	Holders []permitJSON `json:"holders,omitempty"`
-	Queue   []waiterJSON `json:"queue,omitempty"`
-}
-
-// permitJSON is a semaphore's permit: what a reader shows.
-type permitJSON = readerJSON
-
-type readerJSON struct {
-	Owner       string    `json:"owner"`
-	TokenPrefix string    `json:"token_prefix"`
-	Fence       int64     `json:"fence"`
-	TTLms       int64     `json:"ttl_ms"`
-	LeaseMs     int64     `json:"lease_ms"`
-	Since       time.Time `json:"since"`
-}
-
-type waiterJSON struct {
-	Owner       string `json:"owner"`
-	TokenPrefix string `json:"token_prefix"`
-	Shared      bool   `json:"shared"`
-	AliveMs     int64  `json:"alive_ms"` // how long its entry stays in line without a renewed attempt
-}
-
-func toJSON(i dlock.LockInfo, now time.Time) lockJSON {
-	j := lockJSON{
-		Name: i.Name, Owner: i.Owner, TokenPrefix: i.TokenPrefix(), Fence: i.Fence,
-		TTLms: i.TTL.Milliseconds(), LeaseMs: i.Lease.Milliseconds(),
-		AgeMs: age(i, now).Milliseconds(), Since: i.Since.UTC(), Waiters: i.Waiters, Kind: i.Kind, Permits: i.Permits,
-	}
-	for _, r := range i.Readers {
-		j.Readers = append(j.Readers, readerJSON{Owner: r.Owner, TokenPrefix: r.TokenPrefix(), Fence: r.Fence,
-			TTLms: r.TTL.Milliseconds(), LeaseMs: r.Lease.Milliseconds(), Since: r.Since.UTC()})
-	}
-	for _, p := range i.Holders {
-		j.Holders = append(j.Holders, permitJSON{Owner: p.Owner, TokenPrefix: p.TokenPrefix(), Fence: p.Fence,
-			TTLms: p.TTL.Milliseconds(), LeaseMs: p.Lease.Milliseconds(), Since: p.Since.UTC()})
-	}
-	for _, w := range i.Queue {
-		j.Queue = append(j.Queue, waiterJSON{Owner: w.Owner, TokenPrefix: w.TokenPrefix(), Shared: w.Shared, AliveMs: w.Alive.Milliseconds()})
-	}
-	return j
 }
 
 // age is how long i has been held at now, never negative: Since is on the
@@ -217,13 +158,13 @@ func rank(locks []dlock.LockInfo) (hottest, longest []dlock.LockInfo) {
 }
 
 type listJSON struct {
-	Locks       []lockJSON `json:"locks"`
-	Hottest     []lockJSON `json:"hottest"`
-	Longest     []lockJSON `json:"longest"`
-	Match       string     `json:"match"`
-	Limit       int        `json:"limit"`
-	Truncated   bool       `json:"truncated"`
-	GeneratedAt time.Time  `json:"generated_at"`
+	Locks       []Lock    `json:"locks"`
+	Hottest     []Lock    `json:"hottest"`
+	Longest     []Lock    `json:"longest"`
+	Match       string    `json:"match"`
+	Limit       int       `json:"limit"`
+	Truncated   bool      `json:"truncated"`
+	GeneratedAt time.Time `json:"generated_at"`
 }
 
 // list serves GET /api/locks?match=PATTERN&limit=N.
@@ -238,10 +179,10 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err.Error())
 		return
 	}
-	conv := func(ls []dlock.LockInfo) []lockJSON {
-		out := make([]lockJSON, 0, len(ls)) // [] rather than null in the JSON
+	conv := func(ls []dlock.LockInfo) []Lock {
+		out := make([]Lock, 0, len(ls)) // [] rather than null in the JSON
 		for _, l := range ls {
-			out = append(out, toJSON(l, s.GeneratedAt))
+			out = append(out, LockOf(l, s.GeneratedAt))
 		}
 		return out
 	}
@@ -261,7 +202,7 @@ func (h *handler) inspect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, toJSON(info, h.now()))
+	writeJSON(w, http.StatusOK, LockOf(info, h.now()))
 }
 
 // statusOf maps a dlock error to the HTTP status that tells the client what

@@ -22,6 +22,9 @@ const (
 	DefaultTimeout = 10 * time.Second
 	// TopN is the length of the "hottest" and "longest" rankings.
 	TopN = 10
+	// DefaultReadOnlyHint is how a read-only view says force unlock is
+	// enabled, by default: see WithReadOnlyHint.
+	DefaultReadOnlyHint = "enable it with dlockadmin.WithForceUnlock"
 )
 
 // An Option configures the handler made by NewHandler or NewServeMux.
@@ -36,6 +39,7 @@ type config struct {
 	limit      int
 	timeout    time.Duration
 	adminToken []byte // nil: force unlock is disabled
+	enableHint string // how to enable force unlock, for a read-only view
 	log        *slog.Logger
 	err        error // the first invalid option
 }
@@ -48,7 +52,7 @@ func (c *config) fail(err error) {
 }
 
 func defaultConfig() config {
-	return config{title: DefaultTitle, limit: DefaultLimit, timeout: DefaultTimeout}
+	return config{title: DefaultTitle, limit: DefaultLimit, timeout: DefaultTimeout, enableHint: DefaultReadOnlyHint}
 }
 
 // WithTitle sets the heading and <title> of the HTML page (default
@@ -115,6 +119,20 @@ func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) {
 		if l != nil {
 			c.log = l
+		}
+	})
+}
+
+// WithReadOnlyHint sets how a read-only view tells the operator to enable
+// force unlock, on the page and in the 403 answers to unlocks (default
+// DefaultReadOnlyHint, which speaks to the program's author). A program
+// that reads the admin token from its environment names the variable
+// here, as `dlock serve` does: "set DLOCK_ADMIN_TOKEN and restart dlock
+// serve". An empty hint keeps the default.
+func WithReadOnlyHint(hint string) Option {
+	return optionFunc(func(c *config) {
+		if hint != "" {
+			c.enableHint = hint
 		}
 	})
 }

@@ -2,7 +2,9 @@ package dlockadmin
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/base64"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -14,14 +16,30 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// page.html is the whole HTML view: one template, inline CSS, no script and
-// no external asset, so it renders the same offline, behind a proxy, and in
-// a browser that blocks JavaScript.
+// page.html is the whole HTML view: one template, inline CSS, no external
+// asset, so it renders the same offline and behind a proxy. page.js is its
+// one script, inlined and allowed by its hash alone (see render): it keeps
+// the admin token for the tab and refreshes the listing. The page works
+// without it, the way it did before it had one.
 //
 //go:embed page.html
 var pageHTML string
 
+//go:embed page.js
+var pageJS string
+
 var pageTemplate = template.Must(template.New("page").Parse(pageHTML))
+
+// pageCSP allows the page's own script by its hash, and nothing else: an
+// injected script could not run, nor could the page be framed.
+var pageCSP = func() string {
+	sum := sha256.Sum256([]byte(pageJS))
+	return "default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) +
+		"'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+}()
+
+// refreshEvery is how often the page's script refreshes the listing.
+const refreshEvery = 10 * time.Second
 
 // pageView is what the template shows; everything is formatted here, so the
 // template holds layout only.
@@ -38,13 +56,12 @@ type pageView struct {
 	Truncated   bool
 	Generated   string
 	ForceUnlock bool
-	Error       string  // the listing failed, or the query was bad
-	Notice      *notice // the result of a force unlock from this page
-}
-
-type notice struct {
-	OK  bool
-	Msg string
+	// ReadOnlyHint tells how to enable force unlock (WithReadOnlyHint).
+	ReadOnlyHint   string
+	RefreshSeconds int
+	Script         template.JS // page.js, verbatim: its hash is in the CSP
+	Error          string      // the listing failed, or the query was bad
+	Notice         *notice     // the result of a force unlock from this page
 }
 
 type row struct {
@@ -134,6 +151,9 @@ func human(d time.Duration) string {
 // page serves GET /?match=PATTERN&limit=N.
 func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 	v, status := h.view(r.Context(), r.URL.Query().Get("match"), r.URL.Query().Get("limit"))
+	if n, ok := h.notices.get(r.URL.Query().Get("notice"), h.now()); ok {
+		v.Notice = &n
+	}
 	h.render(w, status, v)
 }
 
@@ -141,7 +161,8 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 // (503, say) is shown on the page, above the filter form, so the operator
 // can fix it.
 func (h *handler) view(ctx context.Context, match, limit string) (pageView, int) {
-	v := pageView{Title: h.cfg.title, Match: match, Limit: limit, MaxLimit: h.cfg.limit, ForceUnlock: h.cfg.adminToken != nil}
+	v := pageView{Title: h.cfg.title, Match: match, Limit: limit, MaxLimit: h.cfg.limit, ForceUnlock: h.cfg.adminToken != nil,
+		ReadOnlyHint: h.cfg.enableHint, RefreshSeconds: int(refreshEvery / time.Second), Script: template.JS(pageJS)}
 	v.Generated = h.now().UTC().Format(time.DateTime + " MST")
 	v.JSONHref = "api/locks"
 	if qs := nonEmpty(url.Values{"match": {match}, "limit": {limit}}).Encode(); qs != "" {
@@ -183,23 +204,28 @@ func nonEmpty(v url.Values) url.Values {
 
 // unlockForm serves POST /unlock, the target of the page's per-row forms:
 // fields name, fence (of the row the operator saw), match (to come back to
-// the same filter) and admin_token (a password field). Browsers cannot send
-// an Authorization header from a plain form, so the admin token travels in
-// the body; it is read from the body only, never from the query string,
-// which ends up in access logs and browser history. The answer is the page
-// again, with the result on top, under the status code the API would give.
+// the same filter) and admin_token (the page's script copies it from the
+// token field at the top; a password field of the row without script).
+// Browsers cannot send an Authorization header from a plain form, so the
+// admin token travels in the body; it is read from the body only, never
+// from the query string, which ends up in access logs and browser history.
+//
+// The answer is a redirect (303 See Other) to the page, with the same
+// filter and the result on top (Post/Redirect/Get): a reload of the result
+// repeats the GET, never the unlock.
 func (h *handler) unlockForm(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	req := unlockRequest{via: "form"}
 	req.bad = r.ParseForm()
 	req.name, req.fence, req.token = r.PostForm.Get("name"), r.PostForm.Get("fence"), r.PostForm.Get("admin_token")
 	res := h.forceUnlock(r, req)
-	if res.status == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="dlockadmin"`)
-	}
-	v, _ := h.view(r.Context(), r.PostForm.Get("match"), "")
-	v.Notice = &notice{OK: res.status == http.StatusOK, Msg: res.msg}
-	h.render(w, res.status, v)
+	id := h.notices.put(notice{OK: res.status == http.StatusOK, Msg: res.msg, TokenRefused: res.status == http.StatusUnauthorized}, h.now())
+	q := nonEmpty(url.Values{"match": {r.PostForm.Get("match")}, "limit": {r.PostForm.Get("limit")}, "notice": {id}})
+	// Relative, so that the redirect stays under the prefix the handler is
+	// mounted at (http.Redirect would resolve it against the stripped path).
+	w.Header().Set("Location", "./?"+q.Encode())
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusSeeOther)
 }
 
 func (h *handler) render(w http.ResponseWriter, status int, v pageView) {
@@ -210,9 +236,7 @@ func (h *handler) render(w http.ResponseWriter, status int, v pageView) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	// The page has no script and loads nothing: say so, so that an injected
-	// one could not run either, and keep it out of other sites' frames.
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	w.Header().Set("Content-Security-Policy", pageCSP)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Referrer-Policy", "no-referrer")
 	w.WriteHeader(status)

@@ -48,12 +48,12 @@ func (h *handler) unlockAPI(w http.ResponseWriter, r *http.Request) {
 func (h *handler) answerAPI(w http.ResponseWriter, res unlockResult) {
 	switch res.status {
 	case http.StatusOK:
-		writeJSON(w, http.StatusOK, map[string]any{"removed": toJSON(res.removed, h.now())})
+		writeJSON(w, http.StatusOK, map[string]any{"removed": LockOf(res.removed, h.now())})
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="dlockadmin"`)
 		writeError(w, res.status, res.msg)
 	case http.StatusConflict:
-		writeJSON(w, res.status, map[string]any{"error": res.msg, "current": toJSON(res.current, h.now())})
+		writeJSON(w, res.status, map[string]any{"error": res.msg, "current": LockOf(res.current, h.now())})
 	default:
 		writeError(w, res.status, res.msg)
 	}
@@ -80,7 +80,7 @@ func bearer(r *http.Request) string {
 func (h *handler) forceUnlock(r *http.Request, req unlockRequest) unlockResult {
 	if h.cfg.adminToken == nil {
 		return h.audit(r, req, unlockResult{status: http.StatusForbidden,
-			msg: "force unlock is disabled: this admin view is read-only (enable it with dlockadmin.WithForceUnlock)"})
+			msg: "force unlock is disabled: this admin view is read-only (" + h.cfg.enableHint + ")"})
 	}
 	if req.token == "" {
 		msg := "force unlock needs the admin token: send Authorization: Bearer <token>"
@@ -123,7 +123,7 @@ func (h *handler) forceUnlock(r *http.Request, req unlockRequest) unlockResult {
 	}
 	if !ok {
 		return h.audit(r, req, unlockResult{status: http.StatusConflict, current: info,
-			msg: fmt.Sprintf("lock %q changed hands: its holder now has fence %d, not %d; nothing was removed", req.name, info.Fence, fence)})
+			msg: fenceDiffers(req.name, info, fence)})
 	}
 	// On ErrNotHeld, got is the holder ForceUnlock found instead.
 	got, err := h.c.ForceUnlock(ctx, req.name, token)
@@ -139,6 +139,16 @@ func (h *handler) forceUnlock(r *http.Request, req unlockRequest) unlockResult {
 	}
 	return h.audit(r, req, unlockResult{status: http.StatusOK, removed: got,
 		msg: fmt.Sprintf("lock %q taken from %s (fence %d)", req.name, got.Owner, got.Fence)})
+}
+
+// fenceDiffers says why an unlock named a fence the lock does not have. It
+// does not say the lock changed hands: the fence may have been mistyped or
+// copied from another row; all the server knows is that the fences differ.
+func fenceDiffers(name string, info dlock.LockInfo, fence int64) string {
+	if info.Kind == dlock.KindSemaphore {
+		return fmt.Sprintf("lock %q: fence differs: no permit of the semaphore has fence %d now; nothing was removed", name, fence)
+	}
+	return fmt.Sprintf("lock %q: fence differs: its holder has fence %d, not %d as shown; nothing was removed", name, info.Fence, fence)
 }
 
 // tokenOK compares the presented token with the admin token in constant

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -9,6 +10,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,6 +28,10 @@ const defaultAddr = "127.0.0.1:6379"
 type connFlags struct {
 	url        string
 	addrs      []string
+	host       string // -h/--host, as redis-cli
+	port       int    // -p/--port, as redis-cli; 0: not given
+	db         dbFlag // --db; run's -n is flock's no-wait, so no -n here
+	pass       string // -a/--pass, refused: see refusePass
 	cluster    bool
 	masterName string
 	user       string
@@ -42,7 +49,15 @@ type connFlags struct {
 }
 
 func (f *connFlags) register(fs *pflag.FlagSet) {
-	fs.StringVarP(&f.url, "url", "u", "", "Redis URL, redis:// or rediss:// (default $DLOCK_URL, then $REDIS_URL)")
+	fs.StringVarP(&f.url, "url", "u", "", "Redis URL, redis:// or rediss://, or host[:port] (default $DLOCK_URL, then $REDIS_URL)")
+	fs.StringVarP(&f.host, "host", "h", "", "Redis host, as redis-cli -h (default 127.0.0.1; help is --help)")
+	fs.IntVarP(&f.port, "port", "p", 0, "Redis port, as redis-cli -p (default 6379)")
+	fs.Var(&f.db, "db", "Redis database number (as redis-cli -n; also the /N of a URL)")
+	fs.StringVarP(&f.pass, "pass", "a", "", "refused: a password on the command line shows in ps and shell history")
+	_ = fs.MarkHidden("pass")
+	// Help keeps --help only: -h is the host, as in redis-cli. A "help" flag
+	// defined here stops cobra from adding its own -h to every command.
+	fs.Bool("help", false, "help for the command")
 	fs.StringArrayVar(&f.addrs, "addr", nil, "Redis host:port, repeatable: Cluster nodes, or Sentinels with --master-name (default "+defaultAddr+")")
 	fs.BoolVar(&f.cluster, "cluster", false, "treat a single --addr as a seed node of a Redis Cluster")
 	fs.StringVar(&f.masterName, "master-name", "", "Sentinel master name: the --addr values are Sentinels")
@@ -60,8 +75,20 @@ func (f *connFlags) register(fs *pflag.FlagSet) {
 // options resolves the flags and the environment into client options,
 // without connecting. prompt asks for a password (--ask-pass).
 func (f *connFlags) options(getenv func(string) string, prompt func() (string, error)) (*redis.UniversalOptions, error) {
-	if f.url != "" && len(f.addrs) > 0 {
-		return nil, usagef("--url and --addr exclude each other")
+	if f.pass != "" {
+		return nil, usagef("-a/--pass: dlock takes no password on the command line, where ps and the shell history show it to others; set $DLOCK_PASSWORD or $REDISCLI_AUTH, or use --ask-pass")
+	}
+	hostPort := f.host != "" || f.port != 0
+	if n := btoi(f.url != "") + btoi(len(f.addrs) > 0) + btoi(hostPort); n > 1 {
+		return nil, usagef("--url, --addr and -h/-p each name the server: give one of them")
+	}
+	if f.port < 0 || f.port > 65535 {
+		return nil, usagef("-p/--port %d: want a TCP port, 1 to 65535", f.port)
+	}
+	addrs := f.addrs
+	if hostPort {
+		host, port := cmp.Or(f.host, "127.0.0.1"), cmp.Or(f.port, 6379)
+		addrs = []string{net.JoinHostPort(host, strconv.Itoa(port))}
 	}
 	if f.timeout <= 0 {
 		return nil, usagef("--timeout %v must be positive", f.timeout)
@@ -75,7 +102,7 @@ func (f *connFlags) options(getenv func(string) string, prompt func() (string, e
 		WriteTimeout:          f.timeout,
 	}
 	u := f.url
-	if u == "" && len(f.addrs) == 0 {
+	if u == "" && len(addrs) == 0 {
 		u = firstEnv(getenv, "DLOCK_URL", "REDIS_URL")
 	}
 	switch {
@@ -86,10 +113,19 @@ func (f *connFlags) options(getenv func(string) string, prompt func() (string, e
 		if err := fromURL(o, u); err != nil {
 			return nil, err
 		}
-	case len(f.addrs) > 0:
-		o.Addrs, o.MasterName, o.IsClusterMode = f.addrs, f.masterName, f.cluster
+	case len(addrs) > 0:
+		o.Addrs, o.MasterName, o.IsClusterMode = addrs, f.masterName, f.cluster
 	default:
 		o.Addrs, o.MasterName, o.IsClusterMode = []string{defaultAddr}, f.masterName, f.cluster
+	}
+	if f.db.set {
+		if o.DB != 0 && o.DB != f.db.n {
+			return nil, usagef("--db %d and the URL's database %d differ: give it once", f.db.n, o.DB)
+		}
+		o.DB = f.db.n
+	}
+	if o.DB != 0 && (o.IsClusterMode || len(o.Addrs) > 1) && o.MasterName == "" {
+		return nil, usagef("database %d: Redis Cluster has database 0 only", o.DB)
 	}
 	if f.user != "" {
 		o.Username = f.user
@@ -111,8 +147,22 @@ func (f *connFlags) options(getenv func(string) string, prompt func() (string, e
 	return o, nil
 }
 
-// fromURL fills o from a redis://, rediss:// or unix:// URL.
+// fromURL fills o from a redis://, rediss:// or unix:// URL, or from what
+// users type where redis-cli and most clients take it: host:port, a host
+// alone (port 6379), or the path of a unix socket.
 func fromURL(o *redis.UniversalOptions, raw string) error {
+	if !strings.Contains(raw, "://") {
+		addr, err := plainAddr(raw)
+		if err != nil {
+			return err
+		}
+		if strings.HasPrefix(addr, "/") {
+			raw = "unix://" + addr
+		} else {
+			o.Addrs = []string{addr}
+			return nil
+		}
+	}
 	po, err := redis.ParseURL(raw)
 	if err != nil {
 		// url.Error repeats the URL, password included: keep only the reason.
@@ -132,6 +182,83 @@ func fromURL(o *redis.UniversalOptions, raw string) error {
 		}
 	}
 	return nil
+}
+
+// plainAddr checks a server given without a scheme and returns it as
+// host:port (or a socket path, starting with /).
+func plainAddr(raw string) (string, error) {
+	if strings.HasPrefix(raw, "/") {
+		return raw, nil
+	}
+	bad := func(why string) error {
+		return usagef("Redis address %q: %s; want host:port, a host, or redis://[user@]host:port/db", raw, why)
+	}
+	if strings.ContainsAny(raw, "/@? ") {
+		return "", bad("not a host:port (a path, user or query needs a redis:// URL)")
+	}
+	host, port, err := net.SplitHostPort(raw)
+	if err != nil {
+		// A host alone, an IPv6 address alone included.
+		host, port = strings.Trim(raw, "[]"), "6379"
+	}
+	if host == "" {
+		return "", bad("no host")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", bad("the port must be a number from 1 to 65535")
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// dbFlag is --db: a database number that knows whether it was given, so
+// that a URL's /N and --db can be checked against each other.
+type dbFlag struct {
+	n   int
+	set bool
+}
+
+func (d *dbFlag) String() string { return strconv.Itoa(d.n) }
+func (d *dbFlag) Type() string   { return "int" }
+func (d *dbFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want a database number, 0 or more")
+	}
+	d.n, d.set = n, true
+	return nil
+}
+
+// connFlagHint explains a flag error that comes from a redis-cli habit dlock
+// does not share ("" for others).
+func connFlagHint(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "'h' in -h"):
+		return "-h is the Redis host, as in redis-cli; help is --help"
+	case strings.Contains(msg, "'n' in -n"):
+		return "the database number is --db N (or the /N of a URL); -n is run's no-wait, as in flock"
+	case strings.Contains(msg, "'a' in -a"):
+		return "dlock takes no password on the command line; set $DLOCK_PASSWORD or $REDISCLI_AUTH, or use --ask-pass"
+	}
+	return ""
+}
+
+// connGiven reports whether the command line names the server (else the
+// environment or the default address is used).
+func connGiven(fs *pflag.FlagSet) bool {
+	for _, n := range []string{"url", "addr", "host", "port"} {
+		if fs.Changed(n) {
+			return true
+		}
+	}
+	return false
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (f *connFlags) applyTLS(o *redis.UniversalOptions) error {
@@ -170,6 +297,9 @@ func (f *connFlags) applyTLS(o *redis.UniversalOptions) error {
 	if f.insecure {
 		o.TLSConfig.InsecureSkipVerify = true
 	}
+	if o.Dialer == nil {
+		o.Dialer = tlsDialer(o.TLSConfig, f.timeout)
+	}
 	return nil
 }
 
@@ -190,7 +320,11 @@ func (a *app) redis() (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return redis.NewUniversalClient(o), nil
+	rdb := redis.NewUniversalClient(o)
+	if o.TLSConfig == nil && o.Dialer == nil && len(o.Addrs) == 1 && o.MasterName == "" && !o.IsClusterMode {
+		rdb.AddHook(newTLSHintHook(o.Addrs[0], a.conn.timeout))
+	}
+	return rdb, nil
 }
 
 // locker returns a dlock client on the flags' Redis, and a function that

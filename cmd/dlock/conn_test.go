@@ -42,6 +42,25 @@ func TestConnOptions(t *testing.T) {
 		{name: "insecure without tls", flags: connFlags{insecure: true}, usage: true},
 		{name: "cert without key", flags: connFlags{tls: true, cert: "c.pem"}, usage: true},
 		{name: "missing cacert", flags: connFlags{tls: true, cacert: "/nonexistent.pem"}, usage: true},
+		// redis-cli's habits.
+		{name: "-h -p", flags: connFlags{host: "r1", port: 6380}, addrs: []string{"r1:6380"}},
+		{name: "-h alone", flags: connFlags{host: "r1"}, addrs: []string{"r1:6379"}},
+		{name: "-p alone", flags: connFlags{port: 6380}, addrs: []string{"127.0.0.1:6380"}},
+		{name: "-h IPv6", flags: connFlags{host: "::1", port: 7}, addrs: []string{"[::1]:7"}},
+		{name: "-h over env", flags: connFlags{host: "r1"}, env: map[string]string{"DLOCK_URL": "redis://a:1"}, addrs: []string{"r1:6379"}},
+		{name: "-h and --addr", flags: connFlags{host: "r1", addrs: []string{"h:1"}}, usage: true},
+		{name: "-p and --url", flags: connFlags{port: 1, url: "redis://h:1"}, usage: true},
+		{name: "port out of range", flags: connFlags{port: 70000}, usage: true},
+		{name: "-a refused", flags: connFlags{pass: "secret"}, usage: true},
+		{name: "url host:port", flags: connFlags{url: "127.0.0.1:6390"}, addrs: []string{"127.0.0.1:6390"}},
+		{name: "url host", flags: connFlags{url: "redis.internal"}, addrs: []string{"redis.internal:6379"}},
+		{name: "url [v6]:port", flags: connFlags{url: "[::1]:6390"}, addrs: []string{"[::1]:6390"}},
+		{name: "env host:port", env: map[string]string{"DLOCK_URL": "10.0.0.5:6390"}, addrs: []string{"10.0.0.5:6390"}},
+		{name: "url bad port", flags: connFlags{url: "h:port"}, usage: true},
+		{name: "url host:port/db", flags: connFlags{url: "h:1/2"}, usage: true},
+		{name: "url user@host", flags: connFlags{url: "u@h:1"}, usage: true},
+		{name: "url db and --db differ", flags: connFlags{url: "redis://h:1/2", db: dbFlag{3, true}}, usage: true},
+		{name: "db on a cluster", flags: connFlags{addrs: []string{"h:1", "h:2"}, db: dbFlag{3, true}}, usage: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -68,5 +87,26 @@ func TestConnOptions(t *testing.T) {
 				t.Errorf("ContextTimeoutEnabled %v, ReadTimeout %v", o.ContextTimeoutEnabled, o.ReadTimeout)
 			}
 		})
+	}
+}
+
+func TestConnDB(t *testing.T) {
+	getenv := func(string) string { return "" }
+	for _, tt := range []struct {
+		flags connFlags
+		want  int
+	}{
+		{connFlags{db: dbFlag{3, true}}, 3},
+		{connFlags{url: "redis://h:1/2"}, 2},
+		{connFlags{url: "redis://h:1/2", db: dbFlag{2, true}}, 2},
+		{connFlags{url: "h:1", db: dbFlag{4, true}}, 4},
+		{connFlags{host: "h", db: dbFlag{5, true}}, 5},
+	} {
+		f := tt.flags
+		f.timeout = time.Second
+		o, err := f.options(getenv, nil)
+		if err != nil || o.DB != tt.want {
+			t.Errorf("%+v: db %v, err %v; want db %d", tt.flags, o.DB, err, tt.want)
+		}
 	}
 }

@@ -99,7 +99,7 @@ func (a *app) demo(ctx context.Context, cmd *cobra.Command, o demoOptions) error
 		return fmt.Errorf("demo: find the dlock binary to run workers with: %w", err)
 	}
 	d := &demo{a: a, o: o, self: self, env: a.environ(), prefix: "dlockdemo:" + randomHex(4) + ":"}
-	if cmd.Flags().Changed("url") || cmd.Flags().Changed("addr") {
+	if connGiven(cmd.Flags()) {
 		if d.rdb, err = a.redis(); err != nil {
 			return err
 		}

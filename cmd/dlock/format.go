@@ -4,91 +4,33 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlockadmin"
 )
 
-// lockView is a lock as list and inspect show it. It has the token's prefix
-// only: the whole token is the holder's secret, with which anyone could
-// release the lock.
-type lockView struct {
-	Name        string    `json:"name"`
-	Key         string    `json:"key"`
-	Owner       string    `json:"owner"`
-	TokenPrefix string    `json:"token_prefix"`
-	Fence       int64     `json:"fence"`
-	Since       time.Time `json:"since"`
-	AgeMS       int64     `json:"age_ms"`
-	LeaseMS     int64     `json:"lease_ms"`
-	TTLMS       int64     `json:"ttl_ms"`
-	Waiters     int64     `json:"waiters"`
-	Kind        string    `json:"kind"` // exclusive, shared or semaphore
-	// Readers, Holders and Queue: see dlock.LockInfo; tokens by prefix only.
-	Readers []readerView `json:"readers,omitempty"`
-	Permits int          `json:"permits,omitempty"` // a semaphore's n
-	Holders []permitView `json:"holders,omitempty"` // a semaphore's permits
-	Queue   []waiterView `json:"queue,omitempty"`
-}
+// lockView is a lock as list and inspect show it in JSON: the admin API's
+// shape, defined once in dlockadmin, so a script can read either. It has
+// the token's prefix only: the whole token is the holder's secret, with
+// which anyone could release the lock.
+// Its readers, permits and waiters are dlockadmin.Holder and
+// dlockadmin.Waiter.
+type lockView = dlockadmin.Lock
 
-// permitView is one permit of a semaphore; a reader of a read lock reads
-// the same.
-type permitView = readerView
-
-type readerView struct {
-	Owner       string    `json:"owner"`
-	TokenPrefix string    `json:"token_prefix"`
-	Fence       int64     `json:"fence"`
-	Since       time.Time `json:"since"`
-	LeaseMS     int64     `json:"lease_ms"`
-	TTLMS       int64     `json:"ttl_ms"`
-}
-
-type waiterView struct {
-	Owner       string `json:"owner"`
-	TokenPrefix string `json:"token_prefix"`
-	Shared      bool   `json:"shared"`
-	AliveMS     int64  `json:"alive_ms"`
-}
-
-func viewOf(i dlock.LockInfo, now time.Time) lockView {
-	v := lockView{
-		Name: i.Name, Key: i.Key, Owner: i.Owner, TokenPrefix: i.TokenPrefix(), Fence: i.Fence,
-		Since: i.Since, AgeMS: i.Age(now).Milliseconds(), LeaseMS: i.Lease.Milliseconds(),
-		TTLMS: i.TTL.Milliseconds(), Waiters: i.Waiters, Kind: i.Kind, Permits: i.Permits,
-		Readers: readersView(i), Queue: queueView(i),
-	}
-	for _, p := range i.Holders {
-		v.Holders = append(v.Holders, permitView{Owner: p.Owner, TokenPrefix: p.TokenPrefix(), Fence: p.Fence,
-			Since: p.Since, LeaseMS: p.Lease.Milliseconds(), TTLMS: p.TTL.Milliseconds()})
-	}
-	return v
-}
-
-func readersView(i dlock.LockInfo) []readerView {
-	var out []readerView
-	for _, r := range i.Readers {
-		out = append(out, readerView{Owner: r.Owner, TokenPrefix: r.TokenPrefix(), Fence: r.Fence, Since: r.Since,
-			LeaseMS: r.Lease.Milliseconds(), TTLMS: r.TTL.Milliseconds()})
-	}
-	return out
-}
-
-func queueView(i dlock.LockInfo) []waiterView {
-	var out []waiterView
-	for _, w := range i.Queue {
-		out = append(out, waiterView{Owner: w.Owner, TokenPrefix: w.TokenPrefix(), Shared: w.Shared, AliveMS: w.Alive.Milliseconds()})
-	}
-	return out
-}
+func viewOf(i dlock.LockInfo, now time.Time) lockView { return dlockadmin.LockOf(i, now) }
 
 // ownerText is the OWNER column: the holder, or how many readers share it.
 func ownerText(i dlock.LockInfo) string {
 	if i.Kind == dlock.KindShared {
 		return fmt.Sprintf("(%d readers)", len(i.Readers))
 	}
-	return i.Owner
+	return safe(i.Owner)
 }
 
 // kindOf is the KIND column: read, write or semaphore.
@@ -130,7 +72,7 @@ func writeTable(w io.Writer, infos []dlock.LockInfo, now time.Time) error {
 		if i.Kind == dlock.KindSemaphore {
 			token = "-" // one per permit: see inspect
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%v\t%v\t%d\n", i.Name, kindOf(i), ownerText(i),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%v\t%v\t%d\n", safe(i.Name), kindOf(i), ownerText(i),
 			token, i.Fence, roundDur(i.Age(now)), roundDur(i.TTL), i.Waiters)
 	}
 	return tw.Flush()
@@ -142,7 +84,7 @@ func writeDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
 		return writeSemDetail(w, i, now)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
-	fmt.Fprintf(tw, "name:\t%s\n", i.Name)
+	fmt.Fprintf(tw, "name:\t%s\n", safe(i.Name))
 	fmt.Fprintf(tw, "kind:\t%s\n", kindText(i.Kind == dlock.KindShared))
 	fmt.Fprintf(tw, "owner:\t%s\n", ownerText(i))
 	fmt.Fprintf(tw, "token:\t%s… (prefix)\n", i.TokenPrefix())
@@ -150,9 +92,9 @@ func writeDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
 	fmt.Fprintf(tw, "held for:\t%v (since %s)\n", roundDur(i.Age(now)), i.Since.Format(time.RFC3339))
 	fmt.Fprintf(tw, "ttl left:\t%v of %v\n", roundDur(i.TTL), i.Lease)
 	fmt.Fprintf(tw, "waiters:\t%d\n", i.Waiters)
-	fmt.Fprintf(tw, "key:\t%s\n", i.Key)
+	fmt.Fprintf(tw, "key:\t%s\n", safe(i.Key))
 	for n, r := range i.Readers {
-		fmt.Fprintf(tw, "reader %d:\t%s, token %s…, fence %d, held %v, ttl left %v of %v\n", n+1, r.Owner, r.TokenPrefix(),
+		fmt.Fprintf(tw, "reader %d:\t%s, token %s…, fence %d, held %v, ttl left %v of %v\n", n+1, safe(r.Owner), r.TokenPrefix(),
 			r.Fence, roundDur(now.Sub(r.Since)), roundDur(r.TTL), r.Lease)
 	}
 	if err := tw.Flush(); err != nil {
@@ -165,11 +107,11 @@ func writeDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
 // waiters.
 func writeSemDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
 	fmt.Fprintf(w, "name:    %s (semaphore, %d of %d permits held)\nkey:     %s\nwaiters: %d\n",
-		i.Name, len(i.Holders), i.Permits, i.Key, i.Waiters)
+		safe(i.Name), len(i.Holders), i.Permits, safe(i.Key), i.Waiters)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PERMIT\tOWNER\tTOKEN\tFENCE\tAGE\tTTL")
 	for n, p := range i.Holders {
-		fmt.Fprintf(tw, "%d\t%s\t%s…\t%d\t%v\t%v of %v\n", n+1, p.Owner, p.TokenPrefix(), p.Fence,
+		fmt.Fprintf(tw, "%d\t%s\t%s…\t%d\t%v\t%v of %v\n", n+1, safe(p.Owner), p.TokenPrefix(), p.Fence,
 			roundDur(now.Sub(p.Since)), roundDur(p.TTL), p.Lease)
 	}
 	if err := tw.Flush(); err != nil {
@@ -187,7 +129,7 @@ func writeQueue(w io.Writer, q []dlock.WaiterInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "IN LINE\tWAITER\tKIND\tTOKEN\tALIVE")
 	for n, x := range q {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s…\t%v\n", n+1, x.Owner, kindText(x.Shared), x.TokenPrefix(), x.Alive)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s…\t%v\n", n+1, safe(x.Owner), kindText(x.Shared), x.TokenPrefix(), x.Alive)
 	}
 	return tw.Flush()
 }
@@ -202,4 +144,21 @@ func roundDur(d time.Duration) time.Duration {
 		return d.Round(100 * time.Millisecond)
 	}
 	return d.Round(time.Second)
+}
+
+// safe is s as a terminal should show it: as it is when every character
+// prints (and no tab shifts the table), else quoted with Go's escapes. A
+// name or owner is anyone's bytes: a newline would forge a table row, and
+// an escape sequence would reach the operator's terminal. A leading quote
+// is quoted too, so that a quoted text always was quoted by dlock.
+func safe(s string) string {
+	if strings.HasPrefix(s, `"`) {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if r == '\t' || r == utf8.RuneError || !unicode.IsPrint(r) && r != ' ' {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }

@@ -67,13 +67,17 @@ the Go library github.com/dlock-go/dlock takes, from the shell.
   dlock torture -u redis://host:6379/15        dlock under faults, on your Redis
 
 Connection (like redis-cli):
-  -u/--url redis://[user[:pass]@]host:port[/db] or rediss:// for TLS;
-           default from $DLOCK_URL, then $REDIS_URL
+  -h/--host HOST, -p/--port PORT   as redis-cli (default 127.0.0.1 and 6379);
+           help is --help only, -h being the host
+  -u/--url redis://[user[:pass]@]host:port[/db], rediss:// for TLS, or
+           host[:port] as redis-cli takes it; default $DLOCK_URL, then
+           $REDIS_URL (either may be host:port too)
+  --db N   the database number, redis-cli's -n (run's -n is flock's no-wait)
   --addr   host:port, repeatable: two or more (or --cluster) mean Redis
            Cluster; with --master-name they are Sentinels
-  Without either, 127.0.0.1:6379. The password is read from $DLOCK_PASSWORD,
-  then $REDISCLI_AUTH, or asked on the terminal with --ask-pass; it is never
-  a flag, so it stays out of ps and shell history.
+  Without any, 127.0.0.1:6379. No -a: the password is never a flag (ps and
+  shell history would show it); it is read from $DLOCK_PASSWORD, then
+  $REDISCLI_AUTH (as redis-cli), or asked on the terminal with --ask-pass.
 
 ` + exitCodesHelp
 
@@ -110,7 +114,12 @@ func newRootCmd(a *app) *cobra.Command {
 	root.SetErr(a.stderr)
 	// run stops reading flags at NAME, so a flag error is always about
 	// dlock's own flags: no hint about "--".
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		if hint := connFlagHint(err); hint != "" {
+			return usagef("%v (%s)", err, hint)
+		}
+		return &usageError{err: err}
+	})
 	a.conn.register(root.PersistentFlags())
 	root.AddCommand(
 		newRunCmd(a),

@@ -39,7 +39,8 @@ force-unlocked by a POST that carries that token (as a bearer token, or in
 the page's form). Force unlock breaks mutual exclusion if the holder is alive.
 
 It listens on loopback by default; put it behind your own authentication
-before you listen on anything else.`,
+before you listen on anything else. It exits 3 when it cannot listen on
+--listen (the port is in use, say), 2 when --listen is not host:port.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.serve(cmd.Context(), listen, title)
@@ -75,6 +76,7 @@ func (a *app) serve(ctx context.Context, listen, title string) error {
 	opts := []dlockadmin.Option{
 		dlockadmin.WithTitle(title),
 		dlockadmin.WithLogger(slog.New(slog.NewTextHandler(a.stderr, nil))),
+		dlockadmin.WithReadOnlyHint("set " + adminTokenEnv + " in the environment of dlock serve and restart it"),
 	}
 	if tok := a.getenv(adminTokenEnv); tok != "" {
 		opts = append(opts, dlockadmin.WithForceUnlock(tok))
@@ -84,9 +86,9 @@ func (a *app) serve(ctx context.Context, listen, title string) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", listen)
+	ln, err := listenOn(listen)
 	if err != nil {
-		return usagef("--listen %s: %v", listen, err)
+		return err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	unlock := "disabled (set " + adminTokenEnv + " to enable)"
@@ -110,4 +112,21 @@ func (a *app) serve(ctx context.Context, listen, title string) error {
 		return err
 	}
 	return nil
+}
+
+// listenOn listens on addr. A malformed address is a usage error (2); an
+// address that is well formed but cannot be had (in use, not ours, no
+// permission) is the machine's state, not the command line's: exit 3, so a
+// supervisor retrying on 3 retries it.
+func listenOn(addr string) (net.Listener, error) {
+	if _, port, err := net.SplitHostPort(addr); err != nil {
+		return nil, usagef("--listen %q: want host:port, as 127.0.0.1:7480: %v", addr, err)
+	} else if _, err := net.LookupPort("tcp", port); err != nil {
+		return nil, usagef("--listen %q: bad port: %v", addr, err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, &exitError{code: exitRedis, err: fmt.Errorf("serve: cannot listen on %s: %w", addr, err)}
+	}
+	return ln, nil
 }

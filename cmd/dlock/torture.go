@@ -92,7 +92,7 @@ func newTortureCmd(a *app) *cobra.Command {
 				return usagef("--workers %d: want 2..64", o.workers)
 			case o.duration <= 0:
 				return usagef("--duration %v must be positive", o.duration)
-			case o.local && (cmd.Flags().Changed("url") || cmd.Flags().Changed("addr")):
+			case o.local && connGiven(cmd.Flags()):
 				return usagef("--local starts a Redis of its own: it excludes --url and --addr")
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -284,7 +284,7 @@ func (a *app) tortureTarget(ctx context.Context, cmd *cobra.Command, prefix stri
 		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		given := cmd.Flags().Changed("url") || cmd.Flags().Changed("addr") || firstEnv(a.getenv, "DLOCK_URL", "REDIS_URL") != ""
+		given := connGiven(cmd.Flags()) || firstEnv(a.getenv, "DLOCK_URL", "REDIS_URL") != ""
 		if !given {
 			return nil, fmt.Errorf("torture: no Redis answers at %s, the default address (%v): name yours with -u redis://host:port/db or --addr, or run `dlock torture --local` to start a throwaway redis-server", t.Addr, err)
 		}

@@ -22,7 +22,9 @@ what the lock protects at the same time. The holder only finds out at its next
 renewal (within a third of its TTL); dlock run then stops its command, but
 whatever it did until then overlaps with the next holder.
 If the holder is gone, its lock expires by itself within its TTL. Stop a stuck
-holder rather than break its lock. If you are sure, run:
+holder rather than break its lock; see who holds it with:
+  dlock inspect %s
+If you are sure, run:
   dlock unlock --force %s`
 
 func newUnlockCmd(a *app) *cobra.Command {
@@ -40,7 +42,7 @@ lock that changed hands meanwhile is left alone (exit 5).`,
 		Args: exactArgs(1, "one lock NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !force {
-				return usagef(whyForce, args[0], args[0])
+				return usagef(whyForce, args[0], shellQuote(args[0]), shellQuote(args[0]))
 			}
 			if !yes && !isTerminal(a.stdin) {
 				return usagef("stdin is not a terminal, so there is nobody to confirm: add --yes")
@@ -61,7 +63,7 @@ func (a *app) unlock(ctx context.Context, name string, yes bool) error {
 	defer closeAll()
 	info, err := c.Inspect(ctx, name)
 	if err != nil {
-		return err
+		return asUnlockError(name, err)
 	}
 	fmt.Fprintf(a.stdout, "lock %q is held:\n", name)
 	if err := writeDetail(a.stdout, info, time.Now()); err != nil {
@@ -83,7 +85,8 @@ func (a *app) unlock(ctx context.Context, name string, yes bool) error {
 	case errors.Is(err, dlock.ErrNotHeld) && got.Token == "":
 		return fmt.Errorf("%w: lock %q was released since it was shown; nothing deleted", dlock.ErrNotHeld, name)
 	case errors.Is(err, dlock.ErrNotHeld):
-		return fmt.Errorf("%w: lock %q changed hands since it was shown (now owner %q, fence %d); nothing deleted", dlock.ErrNotHeld, name, got.Owner, got.Fence)
+		return fmt.Errorf("%w: lock %q changed hands since it was shown (now owner %q, fence %d); nothing deleted; see dlock inspect %s",
+			dlock.ErrNotHeld, name, got.Owner, got.Fence, shellQuote(name))
 	case err != nil:
 		return err
 	}
@@ -96,6 +99,32 @@ func (a *app) unlock(ctx context.Context, name string, yes bool) error {
 	}
 	fmt.Fprintln(a.stdout, "The old holder learns at its next renewal; a dlock run holder then stops its command.")
 	return nil
+}
+
+// asUnlockError rewords an error of the Inspect that unlock starts with:
+// the library names its operation "inspect", which a user who typed unlock
+// would take for a command they did not run.
+func asUnlockError(name string, err error) error {
+	if errors.Is(err, dlock.ErrNotHeld) {
+		return &dlock.Error{Op: "unlock", Name: name,
+			Err: fmt.Errorf("%w: nobody holds it, so there is nothing to unlock (dlock list shows the locks held)", dlock.ErrNotHeld)}
+	}
+	var de *dlock.Error
+	if errors.As(err, &de) && de.Op == "inspect" {
+		e := *de
+		e.Op = "unlock"
+		return &e
+	}
+	return err
+}
+
+// shellQuote quotes name for a command line the user may paste, only when
+// it needs it.
+func shellQuote(name string) string {
+	if name != "" && strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:/@%+=,") == "" {
+		return name
+	}
+	return "'" + strings.ReplaceAll(name, "'", `'\''`) + "'"
 }
 
 // confirm asks question on the terminal and reads one answer line.

@@ -40,14 +40,19 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("orders", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve HTTP on")
-	redisAddr := fs.String("redis", orDefault(os.Getenv("REDIS_ADDR"), "127.0.0.1:6379"), "Redis address (default from REDIS_ADDR)")
+	redisURL := fs.String("redis", orDefault(os.Getenv("DLOCK_URL"), "127.0.0.1:6379"), "Redis, as redis://host:port/db or host:port (default $DLOCK_URL, as the dlock CLI)")
 	work := fs.Duration("work", 100*time.Millisecond, "time between the check and the write: the window the lock protects")
 	unsafe := fs.Bool("unsafe", false, "serve without the lock, to watch duplicate orders happen")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 
-	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, ContextTimeoutEnabled: true})
+	opts, err := redisOptions(*redisURL)
+	if err != nil {
+		return err
+	}
+	opts.ContextTimeoutEnabled = true
+	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	locker, err := dlock.New(rdb, dlock.WithOwner("orders@"+*listen))
 	if err != nil {
@@ -64,7 +69,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.ListenAndServe() }()
-	log.Printf("orders on http://%s, Redis %s, lock on: %t", *listen, *redisAddr, !*unsafe)
+	log.Printf("orders on http://%s, Redis %s, lock on: %t", *listen, opts.Addr, !*unsafe)
 	select {
 	case err := <-served:
 		return err
@@ -74,6 +79,15 @@ func run(ctx context.Context, args []string) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdownCtx)
+}
+
+// redisOptions reads Redis as the dlock CLI reads $DLOCK_URL: a redis://
+// or rediss:// URL, or plain host:port.
+func redisOptions(v string) (*redis.Options, error) {
+	if strings.Contains(v, "://") {
+		return redis.ParseURL(v)
+	}
+	return &redis.Options{Addr: v}, nil
 }
 
 func orDefault(v, fallback string) string {

@@ -1,7 +1,12 @@
 // Command quickstart shows dlock's core in a few lines: two workers race for
 // the same order, exactly one processes it, and the loser learns how long to
-// wait. Run it with `make demo`, or against your own Redis with
-// REDIS_ADDR=host:port go run ./examples/quickstart.
+// wait. Run it against a Redis on 127.0.0.1:6379, or name yours in
+// DLOCK_URL as the dlock CLI reads it (host:port, or redis://host:port/db):
+//
+//	DLOCK_URL=127.0.0.1:6390 go run ./examples/quickstart
+//
+// (`make demo` runs another program: `dlock demo`, a naive lock against
+// dlock.)
 package main
 
 import (
@@ -10,6 +15,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,12 +25,18 @@ import (
 )
 
 func main() {
-	addr := os.Getenv("REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
+	opts := &redis.Options{Addr: "127.0.0.1:6379"}
+	if v := os.Getenv("DLOCK_URL"); strings.Contains(v, "://") {
+		var err error
+		if opts, err = redis.ParseURL(v); err != nil {
+			log.Fatal(err)
+		}
+	} else if v != "" {
+		opts.Addr = v // host:port
 	}
+	opts.ContextTimeoutEnabled = true
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	locker, err := dlock.New(rdb, dlock.WithOwner("quickstart"))
 	if err != nil {
