@@ -31,7 +31,7 @@ const exitCodesHelp = `Exit codes:
            -E/--conflict-exit-code, silence the message with -q);
            unlock: you declined to force the lock
   2        usage error (bad flag or argument; unlock without --force)
-  3        Redis unreachable or Redis error
+  3        Redis unreachable or Redis error; serve: cannot listen
   4        run: the lock was lost while the command ran; the command was stopped;
            lock: the lock was lost while held
   5        inspect/unlock: the lock is not held, or changed hands meanwhile
