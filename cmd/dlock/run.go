@@ -331,11 +331,21 @@ func busy(ctx context.Context, c *dlock.Client, name string, waited time.Duratio
 		case dlock.KindShared:
 			e.holder, e.several = fmt.Sprintf("held by %d reader(s), the first", len(info.Readers)), "until they end"
 		default:
+			if info.Token == minHoldToken {
+				// The holder released it before its min hold: nothing
+				// renews it, and it frees when the lease left ends.
+				e.holder, e.kept = strconv.Quote(info.Owner), roundDur(info.TTL)
+				break
+			}
 			e.holder = "held by " + strconv.Quote(info.Owner)
 		}
 	}
 	return e
 }
+
+// minHoldToken is the token of a name a holder released before its min hold
+// (dlock.WithMinHold): kept, held by nobody, until the min hold ends.
+const minHoldToken = "min-hold"
 
 // busyError is a busy lock as run reports it: on one line, the holder
 // first, and its lease as what it is. "Lease left 29.3s" read like the time
@@ -343,8 +353,9 @@ func busy(ctx context.Context, c *dlock.Client, name string, waited time.Duratio
 // busy as long as the holder runs.
 type busyError struct {
 	name    string
-	holder  string // who holds it: "held by OWNER", readers or permits; "" when gone by the time we looked
-	several string // readers or permits hold it, each with a lease of its own: when it frees
+	holder  string        // who holds it: "held by OWNER", readers or permits; "" when gone by the time we looked
+	several string        // readers or permits hold it, each with a lease of its own: when it frees
+	kept    time.Duration // kept for a min hold: the time left, which nothing renews
 	fence   int64
 	age     time.Duration
 	lease   time.Duration // the holder's lease left, 0 when unknown
@@ -357,6 +368,11 @@ func (e *busyError) Error() string {
 	fmt.Fprintf(&b, "lock %q is busy", e.name)
 	if e.waited > 0 {
 		fmt.Fprintf(&b, " (waited %v)", e.waited)
+	}
+	if e.kept > 0 {
+		fmt.Fprintf(&b, ": %s took it %v ago (fence %d) and has finished; the name is kept for its min hold and frees in %v (nothing renews it)",
+			e.holder, e.age, e.fence, e.kept)
+		return b.String()
 	}
 	if e.holder != "" {
 		fmt.Fprintf(&b, ": %s for %v, fence %d", e.holder, e.age, e.fence)

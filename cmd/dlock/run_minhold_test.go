@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +29,11 @@ func TestRunMinHold(t *testing.T) {
 	r := dlockRun(t, srv, "run", "--min-hold", "2s", "-n", "tick", "--", "touch", marker)
 	if r.code != exitConflict {
 		t.Fatalf("late machine: exit %d, want %d (busy); stderr: %s", r.code, exitConflict, r.stderr)
+	}
+	// The holder has ended: nothing renews the lease, and the message says
+	// the name is kept for the min hold, not that a holder still works.
+	if !strings.Contains(r.stderr, "min hold") || strings.Contains(r.stderr, "renewed while the holder works") {
+		t.Errorf("late machine's message: %s; want it to say the name is kept for its min hold", r.stderr)
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("the late machine ran the command in the same tick")
