@@ -296,6 +296,10 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 	if err := ctx.Err(); err != nil {
 		return nil, 0, opError("acquire", name, err) // nothing sent
 	}
+	if !r.beginTry() {
+		return nil, 0, opError("acquire", name, dlock.ErrClosed) // nothing sent
+	}
+	defer r.tries.Done()
 	k := node.KeysOf(r.cfg.prefix, name)
 	token := newToken()
 	start := time.Now()

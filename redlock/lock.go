@@ -111,7 +111,14 @@ func (l *Lock) Fences() []int64 {
 // largest it has seen is safe from stale holders, as with a Client. Like a
 // lock, a fence written to a node is forgotten when the node restarts empty
 // (its counter then starts again from its clock): run the nodes with
-// persistence. Fences with a FenceSet is the per-node alternative.
+// persistence. It is also forgotten when the name stays untaken for the
+// fence counters' lifetime (dlock.WithFenceLifetime, 7 days by default):
+// the counters expire, and the next fences come from the nodes' clocks
+// again, below the last Fence by as much as the node that gave it ran
+// ahead of the others (a resource then refuses the new holder until the
+// clocks catch up). Keeping written-back counters for ever would cost a
+// key per name ever locked. Fences with a FenceSet is the per-node
+// alternative.
 func (l *Lock) Fence() int64 { return l.fence }
 
 // Context returns the lock's context, cancelled when the lock ends; pass it
@@ -443,6 +450,13 @@ func (l *Lock) lease() (time.Duration, time.Time) {
 	return l.ttl, l.valid
 }
 
+// nextRenewal is how long after now a lock of ttl valid until valid is
+// renewed: at a third of its TTL, and no later than halfway to the end of
+// its validity, so that a renewal (and a retry) has time to land.
+func nextRenewal(ttl time.Duration, valid time.Time) time.Duration {
+	return max(min(ttl/3, time.Until(valid)/2), time.Millisecond)
+}
+
 // watch is the lock's goroutine, owned by the Redlock: it ends the lock
 // when its validity runs out, and renews it at a third of its TTL.
 //
@@ -454,8 +468,13 @@ func (l *Lock) watch() {
 	ttl, valid := l.lease()
 	deadline := time.NewTimer(time.Until(valid))
 	defer deadline.Stop()
-	renew := time.NewTimer(ttl / 3)
+	// The first renewal is due a third of the TTL after the acquisition,
+	// but no later than half of what is left of the validity: an
+	// acquisition that took most of the TTL (slow nodes, the fence
+	// write-back) must renew before its deadline, not after it.
+	renew := time.NewTimer(nextRenewal(ttl, valid))
 	defer renew.Stop()
+	failures := 0
 	renewC := renew.C
 	if !l.renew {
 		renew.Stop()
@@ -496,9 +515,15 @@ func (l *Lock) watch() {
 				return // renewOnce has ended the lock, or it ended meanwhile
 			}
 			ttl, valid := l.lease()
-			next := ttl / 3
+			next := nextRenewal(ttl, valid)
 			if err != nil {
-				next = min(next, time.Until(valid))
+				// Retried with backoff, as the core retries (TTL/30
+				// doubling), well before the deadline: a retry due at the
+				// deadline itself comes too late to save the lock.
+				failures++
+				next = min(next, max(ttl/30, 5*time.Millisecond)<<min(failures-1, 4))
+			} else {
+				failures = 0
 			}
 			renew.Reset(next)
 			renewC = renew.C

@@ -44,6 +44,11 @@ type Redlock struct {
 	// collection of their late replies, each lock's watch and renewals,
 	// and grants being given back. Close waits for it.
 	wg sync.WaitGroup
+	// tries counts the acquisition attempts under way on callers'
+	// goroutines: Close waits for them too, so that an attempt racing it
+	// has given back its grants (or released its lock) before Close
+	// returns and the process may exit.
+	tries sync.WaitGroup
 }
 
 // nodeClient is one of the independent primaries.
@@ -161,8 +166,21 @@ func (r *Redlock) Close(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	r.tries.Wait()
 	r.wg.Wait()
 	return errors.Join(errs...)
+}
+
+// beginTry counts an acquisition attempt for Close, and reports false once
+// Close has begun: the caller sends nothing.
+func (r *Redlock) beginTry() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.tries.Add(1)
+	return true
 }
 
 // start runs fn on a goroutine of the Redlock's, which Close waits for. It
