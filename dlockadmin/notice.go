@@ -3,6 +3,7 @@ package dlockadmin
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -68,4 +69,37 @@ func (s *noticeStore) get(id string, now time.Time) (notice, bool) {
 		return notice{}, false
 	}
 	return n, true
+}
+
+// The notices of the refusals anyone can cause, before the admin token was
+// accepted: fixed texts under fixed ids, never stored.
+var fixedNotices = map[string]notice{
+	"token-missing": {Msg: "force unlock needs the admin token: type it into the token field"},
+	"token-refused": {Msg: "wrong admin token", TokenRefused: true},
+	"read-only":     {Msg: "force unlock is disabled: this admin view is read-only"},
+}
+
+// fixedNoticeID returns the fixed id of res when it is a refusal before
+// authentication.
+func fixedNoticeID(req unlockRequest, res unlockResult) (string, bool) {
+	switch {
+	case res.status == http.StatusForbidden:
+		return "read-only", true
+	case res.status == http.StatusUnauthorized && req.token == "":
+		return "token-missing", true
+	case res.status == http.StatusUnauthorized:
+		return "token-refused", true
+	}
+	return "", false
+}
+
+// notice returns the notice of id: a fixed one, or one stored while fresh.
+func (h *handler) notice(id string) (notice, bool) {
+	if n, ok := fixedNotices[id]; ok {
+		if id == "read-only" {
+			n.Msg += " (" + h.cfg.enableHint + ")"
+		}
+		return n, true
+	}
+	return h.notices.get(id, h.now())
 }

@@ -151,7 +151,7 @@ func human(d time.Duration) string {
 // page serves GET /?match=PATTERN&limit=N.
 func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 	v, status := h.view(r.Context(), r.URL.Query().Get("match"), r.URL.Query().Get("limit"))
-	if n, ok := h.notices.get(r.URL.Query().Get("notice"), h.now()); ok {
+	if n, ok := h.notice(r.URL.Query().Get("notice")); ok {
 		v.Notice = &n
 	}
 	h.render(w, status, v)
@@ -219,7 +219,14 @@ func (h *handler) unlockForm(w http.ResponseWriter, r *http.Request) {
 	req.bad = r.ParseForm()
 	req.name, req.fence, req.token = r.PostForm.Get("name"), r.PostForm.Get("fence"), r.PostForm.Get("admin_token")
 	res := h.forceUnlock(r, req)
-	id := h.notices.put(notice{OK: res.status == http.StatusOK, Msg: res.msg, TokenRefused: res.status == http.StatusUnauthorized}, h.now())
+	// Refusals before the token was accepted (401, 403) take no slot in
+	// the store: anyone can send them, and a flood of them would push an
+	// operator's result out. Their texts are fixed, so a code in the URL
+	// carries them.
+	id, fixed := fixedNoticeID(req, res)
+	if !fixed {
+		id = h.notices.put(notice{OK: res.status == http.StatusOK, Msg: res.msg}, h.now())
+	}
 	q := nonEmpty(url.Values{"match": {r.PostForm.Get("match")}, "limit": {r.PostForm.Get("limit")}, "notice": {id}})
 	// Relative, so that the redirect stays under the prefix the handler is
 	// mounted at (http.Redirect would resolve it against the stripped path).

@@ -91,6 +91,10 @@ func dialTLS(ctx context.Context, cfg *tls.Config, timeout time.Duration, networ
 	hctx, hcancel := context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)*3/4))
 	tc := tls.Client(raw, c)
 	err = tc.HandshakeContext(hctx)
+	// Only a handshake that ran out of time may be a plaintext port: read
+	// before hcancel, which would make every failure look like one (a bad
+	// certificate too, and then a plaintext PONG would advise dropping TLS).
+	timedOut := errors.Is(hctx.Err(), context.DeadlineExceeded)
 	hcancel()
 	if err == nil {
 		return tc, nil
@@ -102,7 +106,7 @@ func dialTLS(ctx context.Context, cfg *tls.Config, timeout time.Duration, networ
 		// Something answered, and not in TLS.
 		return nil, &tlsMismatchError{addr: addr, err: err, sure: true,
 			msg: fmt.Sprintf("it answered %q, which is not TLS; %s", rh.RecordHeader[:], plainHint)}
-	case hctx.Err() != nil && ctx.Err() == nil:
+	case timedOut && ctx.Err() == nil:
 		if reply, ok := speaksPlainRESP(ctx, network, addr); ok {
 			return nil, &tlsMismatchError{addr: addr, err: err, sure: true,
 				msg: fmt.Sprintf("no TLS answer within %v, but PING in plain text got %q; %s", timeout*3/4, reply, plainHint)}

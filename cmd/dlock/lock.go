@@ -25,7 +25,7 @@ Once the lock is held, dlock prints one line on stdout and flushes it:
 
 the fence being the last field (names may contain spaces; -o json prints
 {"name", "fence", "kind", "owner", "ttl_ms"} instead). It then renews the lock
-every third of --ttl until SIGINT, SIGTERM or SIGHUP, releases it and exits 0.
+every third of --ttl until SIGINT, SIGTERM, SIGHUP or SIGQUIT, releases it and exits 0.
 
 If the lock is lost meanwhile (Redis unreachable past the lease, the key
 deleted, dlock unlock --force), dlock says so on stderr and exits 4: whatever
@@ -120,8 +120,9 @@ func (a *app) holdLock(ctx context.Context, name string, o runOptions, output st
 	// Caught before the lock is asked for, as run does: a Ctrl-C while
 	// waiting must not leave behind a lock acquired a moment later.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, forwarded...) // SIGQUIT too: it releases, as the others do
 	defer signal.Stop(sigs)
+	defer catchSIGPIPE()()
 	// A stopped dlock renews nothing, and the lock would lapse while the
 	// script that asked for it believes it still holds it.
 	signal.Ignore(syscall.SIGTSTP)

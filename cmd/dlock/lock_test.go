@@ -106,7 +106,7 @@ func startLock(t *testing.T, srv *redistest.Server, args ...string) (*background
 func TestLockHoldsUntilSignal(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			name := "held lock " + strconv.Itoa(int(sig)) // a space: the fence is the last field
 			b, line := startLock(t, srv, "--ttl", "1s", "--owner", "tester", name)

@@ -259,6 +259,7 @@ func (a *app) run(ctx context.Context, o runOptions, names []string, argv []stri
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
+	defer catchSIGPIPE()()
 	// A stopped dlock renews nothing while its command runs on, so Ctrl-Z
 	// is ignored. The command, in a background process group, inherits
 	// the ignored terminal signals: reading the terminal fails at once

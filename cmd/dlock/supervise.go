@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
@@ -19,6 +20,18 @@ import (
 // Each of them also starts the kill grace: dlock is being told to stop, and
 // the lock must not stay held by a command that ignores it.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// catchSIGPIPE keeps a write to a closed stdout or stderr (`dlock lock N |
+// head -1` once head has gone) from killing dlock with the lock held until
+// its TTL: with SIGPIPE caught, the write fails with EPIPE and dlock goes on
+// to release. Notify, not Ignore: an ignored signal would be ignored by
+// run's COMMAND too, while a caught one is reset for it at exec. It returns
+// the function that stops catching.
+func catchSIGPIPE() func() {
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	return func() { signal.Stop(pipe) }
+}
 
 // supervise runs the command while lock is held and returns what run exits
 // with: nil or the command's code, or a lost-lock error.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -47,10 +48,16 @@ func startWatchdog(grace time.Duration) (*watchdog, error) {
 	if err != nil {
 		return nil, err
 	}
-	ticks := (grace + 100*time.Millisecond - 1) / (100 * time.Millisecond) // the loop's 0.1s sleeps, rounded up
+	// The loop's 0.1s sleeps, rounded up; a grace beyond a day (no one
+	// means it) is a day, so the count cannot overflow.
+	grace = min(grace, 24*time.Hour)
+	ticks := (grace + 100*time.Millisecond - 1) / (100 * time.Millisecond)
 	cmd := exec.Command("/bin/sh", "-c", watchdogScript, "dlock-watchdog", strconv.FormatInt(int64(ticks), 10))
 	cmd.Stdin = r // stdout and stderr stay /dev/null: the watchdog must not hold dlock's open
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	// dlock's own PATH first, where sleep is found on systems without
+	// /usr/bin/sleep (NixOS): without sleep the grace loop would spin
+	// through its ticks and SIGKILL at once.
+	cmd.Env = []string{"PATH=" + strings.Trim(os.Getenv("PATH")+":/usr/bin:/bin", ":")}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
 	_ = r.Close()
