@@ -87,7 +87,11 @@ func (f *connFlags) options(getenv func(string) string, prompt func() (string, e
 	}
 	addrs := f.addrs
 	if hostPort {
-		host, port := cmp.Or(f.host, "127.0.0.1"), cmp.Or(f.port, 6379)
+		if _, _, err := net.SplitHostPort(f.host); err == nil {
+			return nil, usagef("-h/--host %q has a port: give it with -p, or use --url %s", f.host, f.host)
+		}
+		// [::1] as redis-cli users type an IPv6 host.
+		host, port := cmp.Or(strings.Trim(f.host, "[]"), "127.0.0.1"), cmp.Or(f.port, 6379)
 		addrs = []string{net.JoinHostPort(host, strconv.Itoa(port))}
 	}
 	if f.timeout <= 0 {
@@ -157,11 +161,13 @@ func fromURL(o *redis.UniversalOptions, raw string) error {
 			return err
 		}
 		if strings.HasPrefix(addr, "/") {
-			raw = "unix://" + addr
-		} else {
-			o.Addrs = []string{addr}
+			// The path as it is: through a unix:// URL, '#' or '%' in it
+			// would be read as URL syntax and dial another socket.
+			unixDialer(o, addr)
 			return nil
 		}
+		o.Addrs = []string{addr}
+		return nil
 	}
 	po, err := redis.ParseURL(raw)
 	if err != nil {
@@ -174,14 +180,19 @@ func fromURL(o *redis.UniversalOptions, raw string) error {
 	}
 	o.Addrs, o.DB, o.Username, o.Password, o.TLSConfig = []string{po.Addr}, po.DB, po.Username, po.Password, po.TLSConfig
 	if po.Network == "unix" {
-		// UniversalOptions has no network; a dialer reaches the socket.
-		path := po.Addr
-		o.Dialer = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		}
+		unixDialer(o, po.Addr)
 	}
 	return nil
+}
+
+// unixDialer points o at the unix socket path: UniversalOptions has no
+// network, so a dialer reaches the socket.
+func unixDialer(o *redis.UniversalOptions, path string) {
+	o.Addrs = []string{path}
+	o.Dialer = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}
 }
 
 // plainAddr checks a server given without a scheme and returns it as
@@ -262,6 +273,11 @@ func btoi(b bool) int {
 }
 
 func (f *connFlags) applyTLS(o *redis.UniversalOptions) error {
+	if f.tls && len(o.Addrs) == 1 && strings.HasPrefix(o.Addrs[0], "/") {
+		// The unix dialer would connect in plain text, and --tls would
+		// be silently ignored.
+		return usagef("--tls with the unix socket %s: a local socket is not encrypted by dlock; drop --tls, or connect over TCP", o.Addrs[0])
+	}
 	if f.tls && o.TLSConfig == nil {
 		// No ServerName: crypto/tls takes it from each address dialed,
 		// which is right for every node of a Cluster.

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -108,5 +109,30 @@ func TestConnDB(t *testing.T) {
 		if err != nil || o.DB != tt.want {
 			t.Errorf("%+v: db %v, err %v; want db %d", tt.flags, o.DB, err, tt.want)
 		}
+	}
+}
+
+// From the review: a socket path is dialed as written ('#' and '%' are not
+// URL syntax there), --tls with a socket is refused rather than ignored,
+// -h takes [::1] as redis-cli users write it, and -h host:port says how to
+// give a port.
+func TestConnSocketPathsAndHostForms(t *testing.T) {
+	getenv := func(string) string { return "" }
+	f := connFlags{url: "/tmp/rev#x.sock", timeout: time.Second}
+	o, err := f.options(getenv, nil)
+	if err != nil || len(o.Addrs) != 1 || o.Addrs[0] != "/tmp/rev#x.sock" || o.Dialer == nil {
+		t.Errorf("--url /tmp/rev#x.sock: %v, %+v", err, o)
+	}
+	f = connFlags{url: "/tmp/r.sock", tls: true, timeout: time.Second}
+	if _, err := f.options(getenv, nil); err == nil || !strings.Contains(err.Error(), "--tls") {
+		t.Errorf("--tls with a socket: %v, want a refusal naming --tls", err)
+	}
+	f = connFlags{host: "[::1]", timeout: time.Second}
+	if o, err := f.options(getenv, nil); err != nil || o.Addrs[0] != "[::1]:6379" {
+		t.Errorf("-h [::1]: %v, %v", err, o)
+	}
+	f = connFlags{host: "127.0.0.1:6380", timeout: time.Second}
+	if _, err := f.options(getenv, nil); err == nil || !strings.Contains(err.Error(), "-p") {
+		t.Errorf("-h 127.0.0.1:6380: %v, want a hint about -p", err)
 	}
 }
