@@ -123,6 +123,11 @@ func newGuard(locker dlock.Locker, name NameFunc, opts []Option) (*guard, error)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	if cfg.maxHold > 0 {
+		// First, so that a dlock.WithMaxHold of the user's, later in the
+		// list, replaces it.
+		cfg.acquire = append([]dlock.AcquireOption{dlock.WithMaxHold(cfg.maxHold)}, cfg.acquire...)
+	}
 	return &guard{locker: locker, name: name, cfg: cfg}, nil
 }
 

@@ -40,6 +40,11 @@ func Middleware(locker dlock.Locker, name NameFunc, opts ...Option) (func(http.H
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	if cfg.maxHold > 0 {
+		// First, so that a dlock.WithMaxHold of the user's, later in the
+		// list, replaces it.
+		cfg.acquire = append([]dlock.AcquireOption{dlock.WithMaxHold(cfg.maxHold)}, cfg.acquire...)
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n, err := name(r)

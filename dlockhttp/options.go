@@ -25,8 +25,19 @@ func (f optionFunc) apply(c *config) { f(c) }
 // set in w's header when the writer runs.
 type ErrorWriter func(w http.ResponseWriter, r *http.Request, status int, err error)
 
+// DefaultMaxHold is how long the middleware lets one request hold its lock
+// unless WithMaxHold or a dlock.WithMaxHold in WithAcquireOptions says
+// otherwise: see "Security" in the package documentation. 30s is the order
+// of the WriteTimeout servers set and of a load balancer's request timeout:
+// a request still running after it has usually been given up by its client,
+// and a legitimate one is rare enough to configure. It is a fixed time, not
+// a multiple of the TTL: the TTL sizes how fast a crashed holder's lock
+// frees, which has nothing to do with how long a request may take.
+const DefaultMaxHold = 30 * time.Second
+
 type config struct {
 	acquire      []dlock.AcquireOption
+	maxHold      time.Duration
 	busy         int
 	invalid      int
 	unavailable  int
@@ -38,6 +49,7 @@ func defaultConfig() config {
 	return config{
 		// One attempt: see "Responses" in the package documentation.
 		acquire:     []dlock.AcquireOption{dlock.WithWait(0)},
+		maxHold:     DefaultMaxHold,
 		busy:        http.StatusConflict,
 		invalid:     http.StatusBadRequest,
 		unavailable: http.StatusServiceUnavailable,
@@ -52,6 +64,18 @@ func defaultConfig() config {
 // unless dlock.WithoutRenewal is given.
 func WithAcquireOptions(opts ...dlock.AcquireOption) Option {
 	return optionFunc(func(c *config) { c.acquire = append(c.acquire, opts...) })
+}
+
+// WithMaxHold bounds how long one request may hold its lock (default
+// DefaultMaxHold; 0 removes the bound). The middleware passes it to the
+// Locker as dlock.WithMaxHold before the options of WithAcquireOptions, so a
+// dlock.WithMaxHold there wins. Past the bound no renewal keeps the lock: it
+// frees in Redis, and the handler's context ends with a cause matching
+// dlock.ErrHoldLimit and dlock.ErrLockLost. A TTL above the bound is cut to
+// it. Redlock refuses dlock.WithMaxHold: with a Redlock, pass WithMaxHold(0)
+// and bound requests with the server's timeouts.
+func WithMaxHold(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxHold = d })
 }
 
 // WithBusyStatus sets the status of a request whose lock another request
@@ -106,6 +130,9 @@ func (c *config) check() error {
 	}
 	if c.writeError == nil {
 		return fmt.Errorf("dlockhttp: nil ErrorWriter")
+	}
+	if c.maxHold < 0 {
+		return fmt.Errorf("dlockhttp: WithMaxHold(%v): %w: a hold bound must not be negative (0 removes it)", c.maxHold, dlock.ErrInvalidOption)
 	}
 	// The acquire options, as far as they can be judged without the
 	// Locker's TTL bounds: a negative wait would fail every request.
