@@ -171,9 +171,11 @@ func (g *guard) acquire(ctx context.Context, method string, req any, setTrailer 
 func (g *guard) statusOf(ctx context.Context, err error) error {
 	var busy *dlock.NotObtainedError
 	switch {
-	case errors.As(err, &busy) && ctx.Err() != nil:
-		// The call's own deadline or cancellation ended the wait: say so, as
-		// every gRPC server does for an ended context.
+	case ctx.Err() != nil:
+		// The call's own deadline or cancellation ended the wait or cut a
+		// Redis round trip short: say so, as every gRPC server does for an
+		// ended context. Unavailable would count the client's leaving as an
+		// outage of the lock service.
 		return status.FromContextError(ctx.Err()).Err()
 	case errors.As(err, &busy):
 		st := status.New(g.cfg.busy, "dlockgrpc: busy: another call holds the lock; retry later")

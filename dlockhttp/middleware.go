@@ -106,6 +106,16 @@ func MustMiddleware(locker dlock.Locker, name NameFunc, opts ...Option) func(htt
 
 // refuse answers a request whose lock was not acquired.
 func (cfg *config) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() == context.Canceled {
+		// The client went away (or the server cancelled the request):
+		// whatever Acquire returned, a Redis call cut short or a wait given
+		// up, is the cancellation's doing, not an outage or a conflict.
+		if !errors.Is(err, context.Canceled) {
+			err = errors.Join(context.Canceled, err)
+		}
+		cfg.writeError(w, r, cfg.cancelled, &cancelledError{err})
+		return
+	}
 	status := cfg.status(err)
 	var busy *dlock.NotObtainedError
 	if errors.As(err, &busy) {
@@ -120,8 +130,8 @@ func (cfg *config) refuse(w http.ResponseWriter, r *http.Request, err error) {
 func (cfg *config) status(err error) int {
 	switch {
 	case errors.Is(err, dlock.ErrNotObtained):
-		// Also when the request's context ended the wait: the lock was busy
-		// all along, and a client that went away reads no answer anyway.
+		// Also when the request's deadline ended the wait: the lock was busy
+		// all along. (A cancelled request is answered before: refuse.)
 		return cfg.busy
 	case errors.Is(err, dlock.ErrInvalidName):
 		return cfg.invalid
@@ -156,6 +166,15 @@ type nameError struct{ err error }
 func (e nameError) Error() string { return e.err.Error() }
 func (e nameError) Unwrap() error { return e.err }
 
+// cancelledError marks an acquisition the request's cancellation ended, for
+// writeError, without changing what it matches.
+type cancelledError struct{ err error }
+
+func (e *cancelledError) Error() string {
+	return "dlockhttp: request cancelled while its lock was acquired: " + e.err.Error()
+}
+func (e *cancelledError) Unwrap() error { return e.err }
+
 // writeError is the default ErrorWriter. The body names a missing field,
 // which the client can fix, and nothing internal: no Redis address, no
 // error text from Redis or from a NameFunc.
@@ -165,6 +184,8 @@ func writeError(w http.ResponseWriter, _ *http.Request, status int, err error) {
 	switch {
 	case errors.As(err, &missing):
 		msg = missing.Error()
+	case errors.As(err, new(*cancelledError)):
+		msg = "dlockhttp: request cancelled"
 	case errors.As(err, new(nameError)):
 		msg = "dlockhttp: the request names no lock"
 	case errors.Is(err, dlock.ErrNotObtained):

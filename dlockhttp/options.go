@@ -41,6 +41,7 @@ type config struct {
 	busy         int
 	invalid      int
 	unavailable  int
+	cancelled    int
 	writeError   ErrorWriter
 	releaseError func(*http.Request, error)
 }
@@ -53,6 +54,7 @@ func defaultConfig() config {
 		busy:        http.StatusConflict,
 		invalid:     http.StatusBadRequest,
 		unavailable: http.StatusServiceUnavailable,
+		cancelled:   StatusClientClosedRequest,
 		writeError:  writeError,
 	}
 }
@@ -98,6 +100,19 @@ func WithUnavailableStatus(code int) Option {
 	return optionFunc(func(c *config) { c.unavailable = code })
 }
 
+// StatusClientClosedRequest (499, nginx's "client closed request") is the
+// default status of a request whose client went away while its lock was
+// being acquired: no client reads it, but access logs and metrics do, and a
+// client's own cancellation is neither a conflict (409) nor an outage (503).
+const StatusClientClosedRequest = 499
+
+// WithCancelledStatus sets the status written for a request whose context
+// was cancelled (its client went away) while its lock was being acquired
+// (default StatusClientClosedRequest, 499).
+func WithCancelledStatus(code int) Option {
+	return optionFunc(func(c *config) { c.cancelled = code })
+}
+
 // WithErrorWriter replaces how the middleware answers requests it does not
 // hand to the handler (default: the status and a one-line plain text body
 // that names a missing field but no internals).
@@ -122,7 +137,7 @@ func (c *config) check() error {
 	for _, s := range []struct {
 		what string
 		code int
-	}{{"busy", c.busy}, {"invalid name", c.invalid}, {"unavailable", c.unavailable}} {
+	}{{"busy", c.busy}, {"invalid name", c.invalid}, {"unavailable", c.unavailable}, {"cancelled", c.cancelled}} {
 		// The range http.ResponseWriter.WriteHeader accepts without panicking.
 		if s.code < 100 || s.code > 999 {
 			return fmt.Errorf("dlockhttp: %s status %d is not a valid HTTP status", s.what, s.code)

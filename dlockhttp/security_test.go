@@ -8,13 +8,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockhttp"
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // slowBody opens a raw connection to srv and sends a POST to path whose
@@ -117,7 +119,7 @@ func TestDefaultMaxHold(t *testing.T) {
 		max  time.Duration // the largest TTL a lease may reach
 	}{
 		{"default", nil, dlockhttp.DefaultMaxHold},
-		{"user's bound wins", []dlockhttp.Option{dlockhttp.WithAcquireOptions(dlock.WithTTL(time.Minute), dlock.WithMaxHold(2 * time.Second))}, 2 * time.Second},
+		{"user's bound wins", []dlockhttp.Option{dlockhttp.WithAcquireOptions(dlock.WithTTL(time.Minute), dlock.WithMaxHold(2*time.Second))}, 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ttl := time.Minute
@@ -143,4 +145,173 @@ func TestDefaultMaxHold(t *testing.T) {
 	})
 }
 
-var _ = strings.Contains
+// stallHook holds every script call (the acquire) until its context ends,
+// while on: a Redis round trip the client can walk away from.
+type stallHook struct {
+	on      *atomic.Bool
+	entered chan<- struct{}
+}
+
+func (stallHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h stallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); h.on.Load() && (n == "evalsha" || n == "eval") {
+			select {
+			case h.entered <- struct{}{}:
+			default:
+			}
+			<-ctx.Done()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (stallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// statusRecorder is an access log's view of a response: the status the
+// server wrote, also for a client that has gone.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// A client that gives up while its lock is being acquired is not an outage:
+// the middleware answers 499 (cancelled) and tells the error writer why,
+// never 503 "lock service unavailable", which inflates the 5xx rate that
+// alerts and load balancers read. Both while Redis answers (a stalled round
+// trip) and while waiting for a busy lock (WithWait).
+func TestClientCancelIsNot5xx(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		stall bool
+	}{{"during the round trip", true}, {"while waiting", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := redistest.Start(t).Client(t)
+			var on atomic.Bool
+			entered := make(chan struct{}, 1)
+			rdb.AddHook(stallHook{on: &on, entered: entered})
+			c := dlock.MustNew(rdb)
+			t.Cleanup(func() { _ = c.Close(bg) })
+			if !tc.stall {
+				held, err := c.TryAcquire(bg, "order:c")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = held.Release(bg) })
+			}
+			on.Store(tc.stall)
+
+			written := make(chan int, 1)
+			writerErr := make(chan error, 1)
+			mw := dlockhttp.MustMiddleware(c, dlockhttp.PathValue("order:", "id"),
+				dlockhttp.WithAcquireOptions(dlock.WithWait(patience)),
+				dlockhttp.WithErrorWriter(func(w http.ResponseWriter, r *http.Request, status int, err error) {
+					writerErr <- err
+					w.WriteHeader(status)
+				}))
+			mux := http.NewServeMux()
+			mux.Handle("GET /orders/{id}", mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+				t.Error("the handler ran")
+			})))
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				rec := &statusRecorder{ResponseWriter: w}
+				mux.ServeHTTP(rec, r)
+				written <- rec.status
+			}))
+			t.Cleanup(srv.Close)
+
+			ctx, cancel := context.WithCancel(bg)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/orders/c", nil)
+			done := make(chan error, 1)
+			go func() {
+				resp, err := srv.Client().Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				done <- err
+			}()
+			if tc.stall {
+				await(t, entered, "the acquire's round trip")
+			} else {
+				for deadline := time.Now().Add(patience); rdb.ZCard(bg, "dlock:{order:c}:q").Val() == 0; time.Sleep(5 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("the request never queued for the lock")
+					}
+				}
+			}
+			start := time.Now()
+			cancel()
+			await(t, done, "the client")
+			on.Store(false) // the give-back after the cut round trip may go through
+			status := await(t, written, "the server's answer")
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("the server noticed the client leave after %v", took)
+			}
+			if status >= 500 || status != 499 {
+				t.Fatalf("the server wrote %d for a client that went away, want %d", status, 499)
+			}
+			if err := await(t, writerErr, "the error writer"); !errors.Is(err, context.Canceled) {
+				t.Fatalf("error writer got %v, want context.Canceled", err)
+			}
+		})
+	}
+}
+
+// What the package documentation says of a request with a body: net/http
+// watches the connection only once the body has been read to its end, so a
+// client that leaves while its unread POST waits for a lock is noticed when
+// the wait ends (WithWait's d), not before; a request without a body is
+// noticed at once (TestClientCancelIsNot5xx). Either way the answer is not
+// a 5xx.
+func TestUnreadBodyWaitEndsAtWaitLimit(t *testing.T) {
+	c, rdb := setup(t)
+	held, err := c.TryAcquire(bg, "order:b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(bg)
+	const wait = 1500 * time.Millisecond
+	written := make(chan int, 1)
+	mw := dlockhttp.MustMiddleware(c, dlockhttp.PathValue("order:", "id"), dlockhttp.WithAcquireOptions(dlock.WithWait(wait)))
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders/{id}", mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the handler ran") })))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w}
+		mux.ServeHTTP(rec, r)
+		written <- rec.status
+	}))
+	t.Cleanup(srv.Close)
+
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprint(conn, "POST /orders/b HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(patience); rdb.ZCard(bg, "dlock:{order:b}:q").Val() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the request never queued for the lock")
+		}
+	}
+	start := time.Now()
+	conn.Close()
+	status := await(t, written, "the server's answer")
+	took := time.Since(start)
+	if status >= 500 {
+		t.Fatalf("the server wrote %d for a client that went away", status)
+	}
+	if took > wait+time.Second {
+		t.Fatalf("the wait ran %v after the client left, past its limit %v", took, wait)
+	}
+	t.Logf("answered %d, %v after the client left (wait limit %v)", status, took, wait)
+}
