@@ -64,7 +64,8 @@
 // the request's body has been read to its end: a request without a body is
 // noticed at once, while a POST whose body the handler has not read yet (it
 // has not run) goes on waiting after its client left, until d ends. Keep d
-// short, a few seconds.
+// short, a few seconds, or let the middleware read small bodies first
+// (WithBufferedBody): then the client's leaving ends the wait at once.
 //
 // # Security
 //
@@ -83,6 +84,13 @@
 // blocked reading a slow body learns of it only when the read returns,
 // which the server's ReadTimeout bounds. The middleware writes nothing once
 // the handler has started.
+//
+// Better, for routes whose handlers read small bodies whole (a JSON
+// command, a form): WithBufferedBody(max) reads a body of declared length
+// up to max before the lock is taken, so a slow sender holds no lock at
+// all, only its own connection; and net/http, which watches a connection
+// only once its body has been read, then cancels a waiting request as soon
+// as its client leaves.
 //
 // Set the server's timeouts too, for the time before the lock and for the
 // bytes after it: ReadHeaderTimeout (a client that never finishes its

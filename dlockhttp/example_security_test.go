@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,4 +74,36 @@ func ExampleStatusClientClosedRequest() {
 	h.ServeHTTP(httptest.NewRecorder(), req)
 	// Output:
 	// 499 cancelled: true
+}
+
+// Small bodies read before the lock is taken: a client that sends its body
+// slowly holds no lock while it does, and one that leaves a waiting request
+// is noticed at once. The handler reads the body as usual.
+func ExampleWithBufferedBody() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locker := dlock.MustNew(rdb)
+	defer locker.Close(ctx)
+
+	byOrder := dlockhttp.MustMiddleware(locker, dlockhttp.PathValue("order:", "id"),
+		dlockhttp.WithBufferedBody(64<<10), dlockhttp.WithAcquireOptions(dlock.WithWait(2*time.Second)))
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders/{id}", byOrder(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "order %s: %s", r.PathValue("id"), body)
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	resp, err := http.Post(srv.URL+"/orders/79", "application/json", strings.NewReader(`{"qty":2}`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Println(resp.StatusCode, string(body))
+	// Output:
+	// 200 order 79: {"qty":2}
 }

@@ -1,9 +1,11 @@
 package dlockhttp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -52,6 +54,16 @@ func Middleware(locker dlock.Locker, name NameFunc, opts ...Option) (func(http.H
 				cfg.writeError(w, r, cfg.invalid, nameError{err})
 				return
 			}
+			if cfg.bufferBody > 0 {
+				if r, err = bufferBody(r, cfg.bufferBody); err != nil {
+					if r.Context().Err() == context.Canceled {
+						cfg.writeError(w, r, cfg.cancelled, &cancelledError{errors.Join(context.Canceled, err)})
+						return
+					}
+					cfg.writeError(w, r, cfg.invalid, bodyError{err})
+					return
+				}
+			}
 			lock, err := locker.Acquire(r.Context(), n, cfg.acquire...)
 			if err != nil {
 				cfg.refuse(w, r, err)
@@ -82,6 +94,35 @@ func Middleware(locker dlock.Locker, name NameFunc, opts ...Option) (func(http.H
 		})
 	}, nil
 }
+
+// bufferBody reads r's body into memory when its declared length is within
+// max, and returns r with that copy as its body. Reading it to its end is
+// what makes net/http watch the connection (and cancel r's context when the
+// client leaves), and it keeps a slow sender from holding the lock while it
+// sends.
+func bufferBody(r *http.Request, max int64) (*http.Request, error) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength <= 0 || r.ContentLength > max {
+		return r, nil
+	}
+	b := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(r.Body, b); err != nil {
+		return r, fmt.Errorf("dlockhttp: reading the request body: %w", err)
+	}
+	// Read on to EOF: net/http starts watching the connection when its body
+	// reader reports the end, which ReadFull does not ask for. Nothing
+	// more can come: the reader stops at Content-Length.
+	if _, err := r.Body.Read(make([]byte, 1)); err != io.EOF {
+		return r, fmt.Errorf("dlockhttp: reading the request body: no end after its %d bytes: %v", len(b), err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return r, nil
+}
+
+// bodyError marks a request body that could not be read, for writeError.
+type bodyError struct{ err error }
+
+func (e bodyError) Error() string { return e.err.Error() }
+func (e bodyError) Unwrap() error { return e.err }
 
 // isNil reports a nil Locker, also a nil pointer in a non-nil interface (a
 // *dlock.Client from a New that failed), which would panic on the first
@@ -188,6 +229,8 @@ func writeError(w http.ResponseWriter, _ *http.Request, status int, err error) {
 		msg = "dlockhttp: request cancelled"
 	case errors.As(err, new(nameError)):
 		msg = "dlockhttp: the request names no lock"
+	case errors.As(err, new(bodyError)):
+		msg = "dlockhttp: the request body could not be read"
 	case errors.Is(err, dlock.ErrNotObtained):
 		msg = "dlockhttp: busy: another request holds the lock; retry later"
 	case errors.Is(err, dlock.ErrInvalidName):

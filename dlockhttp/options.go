@@ -42,6 +42,7 @@ type config struct {
 	invalid      int
 	unavailable  int
 	cancelled    int
+	bufferBody   int64 // WithBufferedBody; 0: the body is the handler's
 	writeError   ErrorWriter
 	releaseError func(*http.Request, error)
 }
@@ -78,6 +79,23 @@ func WithAcquireOptions(opts ...dlock.AcquireOption) Option {
 // and bound requests with the server's timeouts.
 func WithMaxHold(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.maxHold = d })
+}
+
+// WithBufferedBody makes the middleware read a request body whose declared
+// length (Content-Length) is at most max bytes before it takes the lock; the
+// handler reads the same bytes from memory. Two things follow, see
+// "Security" in the package documentation: a client that sends its body
+// slowly holds no lock while it does (only its own connection, which the
+// server's ReadTimeout bounds), and net/http, which watches a connection for
+// the client leaving only once the body has been read, can end a wait for a
+// busy lock (dlock.WithWait) as soon as the client leaves. A body without a
+// declared length (chunked) or longer than max is left to the handler, as
+// without the option. A body that cannot be read is answered 400 Bad
+// Request (WithInvalidNameStatus), or as cancelled when the client left.
+// max bytes of memory per request in flight is the cost: keep it to what a
+// handler of the route reads whole anyway (a JSON command, a form).
+func WithBufferedBody(max int64) Option {
+	return optionFunc(func(c *config) { c.bufferBody = max })
 }
 
 // WithBusyStatus sets the status of a request whose lock another request
@@ -145,6 +163,9 @@ func (c *config) check() error {
 	}
 	if c.writeError == nil {
 		return fmt.Errorf("dlockhttp: nil ErrorWriter")
+	}
+	if c.bufferBody < 0 {
+		return fmt.Errorf("dlockhttp: WithBufferedBody(%d): %w: the bound must not be negative (0 turns it off)", c.bufferBody, dlock.ErrInvalidOption)
 	}
 	if c.maxHold < 0 {
 		return fmt.Errorf("dlockhttp: WithMaxHold(%v): %w: a hold bound must not be negative (0 removes it)", c.maxHold, dlock.ErrInvalidOption)

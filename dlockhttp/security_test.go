@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -314,4 +315,89 @@ func TestUnreadBodyWaitEndsAtWaitLimit(t *testing.T) {
 		t.Fatalf("the wait ran %v after the client left, past its limit %v", took, wait)
 	}
 	t.Logf("answered %d, %v after the client left (wait limit %v)", status, took, wait)
+}
+
+// With WithBufferedBody, a request body of a declared size within the bound
+// is read before the lock is taken: a client that trickles it holds no
+// lock meanwhile (a legitimate request for the same order runs at once),
+// and a client that leaves while its POST waits for a busy lock is noticed
+// at once, net/http watching the connection once the body is read.
+func TestBufferedBody(t *testing.T) {
+	t.Run("slow body holds no lock", func(t *testing.T) {
+		c, _ := setup(t)
+		var entered atomic.Int32
+		srv := serve(t, c, "POST /orders/{id}", dlockhttp.PathValue("order:", "id"),
+			func(w http.ResponseWriter, r *http.Request) {
+				entered.Add(1)
+				b, _ := io.ReadAll(r.Body)
+				fmt.Fprintf(w, "served %d bytes", len(b))
+			}, dlockhttp.WithBufferedBody(4<<10))
+		stop := make(chan struct{})
+		defer close(stop)
+		slowBody(t, srv, "/orders/1", 20*time.Millisecond, stop)
+		time.Sleep(300 * time.Millisecond) // the slow client is well into its body
+		send(srv, "POST", "/orders/1", nil).expect(t, http.StatusOK, "served 0 bytes")
+		if n := entered.Load(); n != 1 {
+			t.Fatalf("%d handlers ran, want only the legitimate request's", n)
+		}
+	})
+	t.Run("a body above the bound is left to the handler", func(t *testing.T) {
+		c, _ := setup(t)
+		srv := serve(t, c, "POST /orders/{id}", dlockhttp.PathValue("order:", "id"),
+			func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				fmt.Fprintf(w, "read %d bytes", len(b))
+			}, dlockhttp.WithBufferedBody(4))
+		ctx, cancel := context.WithTimeout(bg, patience)
+		defer cancel()
+		for _, body := range []string{"abc", "abcdefgh"} {
+			req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/orders/2", strings.NewReader(body))
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if want := fmt.Sprintf("read %d bytes", len(body)); string(b) != want {
+				t.Fatalf("body %q: the handler said %q, want %q", body, b, want)
+			}
+		}
+	})
+	t.Run("client leaving a waiting POST is noticed", func(t *testing.T) {
+		c, rdb := setup(t)
+		held, err := c.TryAcquire(bg, "order:b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release(bg)
+		written := make(chan int, 1)
+		mw := dlockhttp.MustMiddleware(c, dlockhttp.PathValue("order:", "id"),
+			dlockhttp.WithAcquireOptions(dlock.WithWait(patience)), dlockhttp.WithBufferedBody(1<<10))
+		mux := http.NewServeMux()
+		mux.Handle("POST /orders/{id}", mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the handler ran") })))
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rec := &statusRecorder{ResponseWriter: w}
+			mux.ServeHTTP(rec, r)
+			written <- rec.status
+		}))
+		t.Cleanup(srv.Close)
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Fprint(conn, "POST /orders/b HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(patience); rdb.ZCard(bg, "dlock:{order:b}:q").Val() == 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the request never queued for the lock")
+			}
+		}
+		start := time.Now()
+		conn.Close()
+		status := await(t, written, "the server's answer")
+		if took := time.Since(start); took > 2*time.Second || status != dlockhttp.StatusClientClosedRequest {
+			t.Fatalf("answered %d %v after the client left, want 499 at once", status, took)
+		}
+	})
 }
