@@ -1,8 +1,8 @@
 // Package flightcache keeps the result of an expensive read (a walk of the
 // keyspace) for a while, and lets one read run at a time: what an
 // unauthenticated page or a metrics scrape needs so that its callers cannot
-// make Redis work on demand. dlockprom's FleetCollector does the same for
-// one key, by hand.
+// make Redis work on demand. dlockadmin keeps its listings in one, keyed by
+// filter; dlockprom's FleetCollector its figures, under one key.
 package flightcache
 
 import (
