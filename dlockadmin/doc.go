@@ -25,13 +25,15 @@
 //     card and long names wrap.
 //   - GET /api/locks?match=PATTERN&limit=N — the same as JSON:
 //     {"locks": [...], "hottest": [...], "longest": [...], "match", "limit",
-//     "truncated", "generated_at"}, each lock a Lock: {name, key, owner,
+//     "truncated", "generated_at", "scan_truncated", "keys_examined"}, each lock a Lock: {name, key, owner,
 //     token_prefix, fence, since, age_ms, lease_ms, ttl_ms, waiters, kind,
 //     and when they apply readers, permits, holders, queue}. The CLI's
 //     `dlock list -o json` and `dlock inspect -o json` print the same
 //     shape; its field names are stable (fields are added, never renamed). match is a Redis glob
 //     on lock names ("" for all); limit is 1 to WithLimit's bound, by
-//     default that bound. "truncated" says more locks matched than listed.
+//     default that bound. "truncated" says more locks matched than listed,
+//     or that the walk stopped at its scan budget ("scan_truncated", after
+//     "keys_examined" keys): see Security.
 //     "hottest" has the TopN listed locks with the most waiters (only those
 //     with any); "longest" the TopN held the longest.
 //   - GET /api/locks/{name} — one lock, or 404. A name with '/' may be sent
@@ -95,6 +97,20 @@
 //     and no framing; every response has Cache-Control: no-store.
 //   - Listings are bounded (WithLimit) and each request's Redis work is
 //     bounded by WithTimeout.
+//   - A listing cannot be made to scan Redis on demand. The page and the
+//     API are read without authentication, and a listing walks the whole
+//     keyspace with SCAN (other data included) and reads every lock it
+//     finds. So one listing runs at a time, whatever the number of requests:
+//     requests for the same filter and limit during a listing share it, and
+//     its result answers them for WithCacheTTL (DefaultCacheTTL, 2s; a force
+//     unlock through the handler clears it, so the page shows it at once);
+//     a request for another filter waits its turn, within WithTimeout, and
+//     at most 16 filters are kept. One listing asks SCAN to look at no more
+//     than WithScanBudget keys (DefaultScanMaxKeys): past it the listing
+//     shows what it found and says so ("truncated" and "scan_truncated" in
+//     the API, a notice on the page), and it stops reading locks once it
+//     has one more than the limit. "generated_at" tells how old a listing
+//     is.
 //
 // Serve the handler on loopback, or behind TLS and authentication: the list
 // of lock names and owners may itself be sensitive, and the admin token

@@ -136,3 +136,60 @@ func ExampleWithReadOnlyHint() {
 	// Output:
 	// 403 force unlock is disabled: this admin view is read-only (set ADMIN_TOKEN and restart the service)
 }
+
+// One listing walks at most the scan budget's keys of the keyspace, other
+// data included; a keyspace larger than that is listed in part, and the
+// listing says so.
+func ExampleWithScanBudget() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.MustNew(rdb)
+	defer locker.Close(bg)
+	// Data of another application, in the same Redis.
+	pipe := rdb.Pipeline()
+	for i := range 3000 {
+		pipe.Set(bg, fmt.Sprintf("example-budget:%d", i), "x", time.Minute)
+	}
+	if _, err := pipe.Exec(bg); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	admin := dlockadmin.MustNewHandler(locker, dlockadmin.WithScanBudget(1000))
+	var list struct {
+		Truncated     bool `json:"truncated"`
+		ScanTruncated bool `json:"scan_truncated"`
+		KeysExamined  int  `json:"keys_examined"`
+	}
+	rec := httptest.NewRecorder()
+	admin.ServeHTTP(rec, httptest.NewRequest("GET", "/api/locks", nil))
+	_ = json.Unmarshal(rec.Body.Bytes(), &list)
+	fmt.Println("truncated:", list.Truncated, "by the budget:", list.ScanTruncated, "within it:", list.KeysExamined <= 1000)
+	// Output:
+	// truncated: true by the budget: true within it: true
+}
+
+// Requests for the same listing within the cache period are answered from
+// one walk of the keyspace: generated_at tells how old it is. A force
+// unlock through the handler clears the cache.
+func ExampleWithCacheTTL() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.MustNew(rdb)
+	defer locker.Close(bg)
+	admin := dlockadmin.MustNewHandler(locker, dlockadmin.WithCacheTTL(5*time.Second))
+
+	generated := func() time.Time {
+		var list struct {
+			GeneratedAt time.Time `json:"generated_at"`
+		}
+		rec := httptest.NewRecorder()
+		admin.ServeHTTP(rec, httptest.NewRequest("GET", "/api/locks?match=report:*", nil))
+		_ = json.Unmarshal(rec.Body.Bytes(), &list)
+		return list.GeneratedAt
+	}
+	first := generated()
+	fmt.Println("same listing:", generated().Equal(first))
+	// Output:
+	// same listing: true
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/flightcache"
 )
 
 // maxMatchLength bounds the match pattern: a lock name is at most
@@ -25,6 +26,8 @@ type handler struct {
 	cfg     config
 	notices *noticeStore     // results of form unlocks, for the page after the redirect
 	now     func() time.Time // the clock ages are measured on; tests keep it real
+
+	cache *flightcache.Cache[query, snapshot] // listings kept and shared (cache.go)
 }
 
 // NewHandler returns the admin view of the locks held in c's Redis: a JSON
@@ -51,16 +54,16 @@ func NewHandler(c *dlock.Client, opts ...Option) (http.Handler, error) {
 	if cfg.log == nil {
 		cfg.log = slog.Default()
 	}
-	h := &handler{c: c, cfg: cfg, now: time.Now, notices: newNoticeStore()}
+	h := &handler{c: c, cfg: cfg, now: time.Now, notices: newNoticeStore(), cache: newListingCache(cfg)}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", h.page)
-	mux.HandleFunc("POST /unlock", h.unlockForm)
+	mux.HandleFunc("POST /unlock", h.forgetting(h.unlockForm))
 	mux.HandleFunc("GET /api/locks", h.list)
 	// {name...} so that a name with '/' can be typed as is; a link escapes
 	// it as %2F, which the mux decodes into the same value.
 	mux.HandleFunc("GET /api/locks/{name...}", h.inspect)
-	mux.HandleFunc("POST /api/locks/{name}/unlock", h.unlockAPI)
+	mux.HandleFunc("POST /api/locks/{name}/unlock", h.forgetting(h.unlockAPI))
 
 	// Browsers send a form POST to any origin, with the operator's network
 	// position: a page elsewhere could post to a loopback admin view.
@@ -89,11 +92,16 @@ func age(i dlock.LockInfo, now time.Time) time.Duration { return max(i.Age(now),
 type snapshot struct {
 	Match       string
 	Limit       int
-	Truncated   bool // more locks matched than Limit
+	Truncated   bool // more locks matched than Limit, or ScanTruncated
 	Locks       []dlock.LockInfo
 	Hottest     []dlock.LockInfo
 	Longest     []dlock.LockInfo
 	GeneratedAt time.Time
+
+	// ScanTruncated: the walk stopped at the scan budget (WithScanBudget)
+	// before the end of the keyspace, after looking at Examined keys.
+	ScanTruncated bool
+	Examined      int
 }
 
 // query is a listing request after validation.
@@ -119,22 +127,13 @@ func (h *handler) parseQuery(match, limit string) (query, error) {
 	return q, nil
 }
 
-func (h *handler) snapshot(ctx context.Context, q query) (snapshot, error) {
-	ctx, cancel := context.WithTimeout(ctx, h.cfg.timeout)
-	defer cancel()
-	// One more than asked tells whether the listing was cut short.
-	locks, err := h.c.List(ctx, q.match, q.limit+1)
-	if err != nil {
-		return snapshot{}, err
+// forgetting clears the listings kept after an unlock, so that the page
+// the operator comes back to shows it.
+func (h *handler) forgetting(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		defer h.cache.Forget()
+		next(w, r)
 	}
-	s := snapshot{Match: q.match, Limit: q.limit, GeneratedAt: h.now()}
-	if len(locks) > q.limit {
-		locks, s.Truncated = locks[:q.limit], true
-	}
-	slices.SortFunc(locks, func(a, b dlock.LockInfo) int { return cmp.Compare(a.Name, b.Name) })
-	s.Locks = locks
-	s.Hottest, s.Longest = rank(locks)
-	return s, nil
 }
 
 // rank returns the TopN locks with the most waiters (only those with any:
@@ -165,6 +164,10 @@ type listJSON struct {
 	Limit       int       `json:"limit"`
 	Truncated   bool      `json:"truncated"`
 	GeneratedAt time.Time `json:"generated_at"`
+
+	// ScanTruncated: truncated by the scan budget, not by the limit.
+	ScanTruncated bool `json:"scan_truncated"`
+	KeysExamined  int  `json:"keys_examined"`
 }
 
 // list serves GET /api/locks?match=PATTERN&limit=N.
@@ -189,6 +192,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, listJSON{
 		Locks: conv(s.Locks), Hottest: conv(s.Hottest), Longest: conv(s.Longest),
 		Match: s.Match, Limit: s.Limit, Truncated: s.Truncated, GeneratedAt: s.GeneratedAt.UTC(),
+		ScanTruncated: s.ScanTruncated, KeysExamined: s.Examined,
 	})
 }
 

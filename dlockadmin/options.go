@@ -42,6 +42,8 @@ type config struct {
 	enableHint string // how to enable force unlock, for a read-only view
 	log        *slog.Logger
 	err        error // the first invalid option
+
+	listing listingConfig // cache.go
 }
 
 // fail records the first invalid option, for NewHandler to return.
@@ -52,7 +54,8 @@ func (c *config) fail(err error) {
 }
 
 func defaultConfig() config {
-	return config{title: DefaultTitle, limit: DefaultLimit, timeout: DefaultTimeout, enableHint: DefaultReadOnlyHint}
+	return config{title: DefaultTitle, limit: DefaultLimit, timeout: DefaultTimeout, enableHint: DefaultReadOnlyHint,
+		listing: listingConfig{cacheTTL: DefaultCacheTTL, scanMaxKeys: DefaultScanMaxKeys}}
 }
 
 // WithTitle sets the heading and <title> of the HTML page (default

@@ -62,6 +62,10 @@ type pageView struct {
 	Script         template.JS // page.js, verbatim: its hash is in the CSP
 	Error          string      // the listing failed, or the query was bad
 	Notice         *notice     // the result of a force unlock from this page
+
+	// ScanTruncated: the scan budget ended the walk; Examined keys seen.
+	ScanTruncated bool
+	Examined      int
 }
 
 type row struct {
@@ -187,6 +191,7 @@ func (h *handler) view(ctx context.Context, match, limit string) (pageView, int)
 	}
 	v.Rows, v.Hottest, v.Longest = rows(s.Locks), rows(s.Hottest), rows(s.Longest)
 	v.Count, v.Truncated = len(s.Locks), s.Truncated
+	v.ScanTruncated, v.Examined = s.ScanTruncated, s.Examined
 	v.Generated = s.GeneratedAt.UTC().Format(time.DateTime + " MST")
 	return v, http.StatusOK
 }

@@ -61,8 +61,10 @@
 //     NameFunc can answer Unauthenticated or NotFound itself.
 //   - Unavailable when Redis cannot be reached or the dlock Client is closed:
 //     transient, and not the client's fault.
-//   - Canceled or DeadlineExceeded when the call's context ended while it
-//     waited for a busy lock (with dlock.WithWait).
+//   - Canceled or DeadlineExceeded when the call's context ended while its
+//     lock was acquired: during a wait for a busy lock (dlock.WithWait) or a
+//     Redis round trip. The client's own cancellation is not counted as
+//     Unavailable, which dashboards read as an outage.
 //   - Internal for a misconfiguration (an acquire option dlock refuses, or a
 //     lock key that holds foreign data).
 //
@@ -72,6 +74,31 @@
 // a waiting call holds a server goroutine and a stream, and a client with a
 // deadline is better told early. WithAcquireOptions(dlock.WithWait(d))
 // waits up to d instead, bounded by the call's deadline too.
+//
+// # Security
+//
+// A client decides when its call ends, so without a bound it would decide
+// how long the lock is held: a stream's lock is held, and renewed, for the
+// stream's whole life, and a client may keep a stream open as long as the
+// server lets it. The interceptors therefore bound every hold at
+// DefaultMaxHold (30s), through dlock.WithMaxHold: past it no renewal keeps
+// the lock, which frees in Redis for the next call, and the handler's
+// context (a stream's Context()) ends with a cause matching
+// dlock.ErrHoldLimit and dlock.ErrLockLost. WithMaxHold changes the bound
+// (0 removes it; Redlock, which refuses dlock.WithMaxHold, needs 0), and a
+// dlock.WithMaxHold in WithAcquireOptions wins over it. The client sees what
+// the handler returns then: a handler that fails after the bound with an
+// error that is not a status is answered Aborted "lock lost", as for any
+// lost lock. A handler blocked in RecvMsg does not see its context end: the
+// lock is free all the same, but bound streams with the client's deadline
+// and the server's keepalive settings (keepalive.ServerParameters
+// MaxConnectionAge and MaxConnectionIdle) as well.
+//
+// A lock name derived from the call creates keys in Redis: a flood of
+// distinct names costs, per name, a lock key while it is held and a fence
+// counter that stays after it for the Client's fence lifetime
+// (dlock.WithFenceLifetime, 7 days by default). Name locks after what the
+// call was authorised for, and rate-limit in front of the interceptor.
 //
 // # Limits
 //

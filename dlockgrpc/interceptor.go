@@ -123,6 +123,11 @@ func newGuard(locker dlock.Locker, name NameFunc, opts []Option) (*guard, error)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	if cfg.maxHold > 0 {
+		// First, so that a dlock.WithMaxHold of the user's, later in the
+		// list, replaces it.
+		cfg.acquire = append([]dlock.AcquireOption{dlock.WithMaxHold(cfg.maxHold)}, cfg.acquire...)
+	}
 	return &guard{locker: locker, name: name, cfg: cfg}, nil
 }
 
@@ -166,9 +171,11 @@ func (g *guard) acquire(ctx context.Context, method string, req any, setTrailer 
 func (g *guard) statusOf(ctx context.Context, err error) error {
 	var busy *dlock.NotObtainedError
 	switch {
-	case errors.As(err, &busy) && ctx.Err() != nil:
-		// The call's own deadline or cancellation ended the wait: say so, as
-		// every gRPC server does for an ended context.
+	case ctx.Err() != nil:
+		// The call's own deadline or cancellation ended the wait or cut a
+		// Redis round trip short: say so, as every gRPC server does for an
+		// ended context. Unavailable would count the client's leaving as an
+		// outage of the lock service.
 		return status.FromContextError(ctx.Err()).Err()
 	case errors.As(err, &busy):
 		st := status.New(g.cfg.busy, "dlockgrpc: busy: another call holds the lock; retry later")

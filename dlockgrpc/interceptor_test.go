@@ -532,6 +532,7 @@ func TestInterceptorsRefuseBadWiring(t *testing.T) {
 		{"nil NameFunc", c, nil, nil},
 		{"busy OK", c, names, []dlockgrpc.Option{dlockgrpc.WithBusyCode(codes.OK)}},
 		{"busy 99", c, names, []dlockgrpc.Option{dlockgrpc.WithBusyCode(99)}},
+		{"negative max hold", c, names, []dlockgrpc.Option{dlockgrpc.WithMaxHold(-time.Second)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if u, err := dlockgrpc.UnaryServerInterceptor(tc.locker, tc.names, tc.opts...); err == nil || u != nil {

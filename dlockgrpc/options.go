@@ -19,8 +19,18 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
+// DefaultMaxHold is how long an interceptor lets one call hold its lock
+// unless WithMaxHold or a dlock.WithMaxHold in WithAcquireOptions says
+// otherwise: see "Security" in the package documentation. 30s is the order
+// of a unary call's usual deadline; a stream that must hold its lock longer
+// is rare enough to configure. It is a fixed time, not a multiple of the
+// TTL: the TTL sizes how fast a crashed holder's lock frees, which has
+// nothing to do with how long a call may take.
+const DefaultMaxHold = 30 * time.Second
+
 type config struct {
 	acquire      []dlock.AcquireOption
+	maxHold      time.Duration
 	busy         codes.Code
 	releaseError func(ctx context.Context, fullMethod string, err error)
 }
@@ -30,6 +40,7 @@ func defaultConfig() config {
 		// One attempt: see "Status codes" in the package documentation.
 		acquire: []dlock.AcquireOption{dlock.WithWait(0)},
 		busy:    codes.Aborted,
+		maxHold: DefaultMaxHold,
 	}
 }
 
@@ -40,6 +51,19 @@ func defaultConfig() config {
 // unless dlock.WithoutRenewal is given.
 func WithAcquireOptions(opts ...dlock.AcquireOption) Option {
 	return optionFunc(func(c *config) { c.acquire = append(c.acquire, opts...) })
+}
+
+// WithMaxHold bounds how long one call, unary or stream, may hold its lock
+// (default DefaultMaxHold; 0 removes the bound). The interceptor passes it
+// to the Locker as dlock.WithMaxHold before the options of
+// WithAcquireOptions, so a dlock.WithMaxHold there wins. Past the bound no
+// renewal keeps the lock: it frees in Redis, and the handler's context (a
+// stream's Context()) ends with a cause matching dlock.ErrHoldLimit and
+// dlock.ErrLockLost. A TTL above the bound is cut to it. Redlock refuses
+// dlock.WithMaxHold: with a Redlock, pass WithMaxHold(0) and bound calls
+// with deadlines and the server's keepalive settings.
+func WithMaxHold(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxHold = d })
 }
 
 // WithBusyCode sets the code of a call whose lock another call holds
@@ -64,6 +88,9 @@ func (c *config) check() error {
 	// codes.OK would turn "busy" into a success with no response.
 	if c.busy == codes.OK || c.busy > codes.Unauthenticated {
 		return fmt.Errorf("dlockgrpc: busy code %v is not an error code", c.busy)
+	}
+	if c.maxHold < 0 {
+		return fmt.Errorf("dlockgrpc: WithMaxHold(%v): %w: a hold bound must not be negative (0 removes it)", c.maxHold, dlock.ErrInvalidOption)
 	}
 	// The acquire options, as far as they can be judged without the
 	// Locker's TTL bounds: a negative wait would fail every call.

@@ -1,9 +1,11 @@
 package dlockhttp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -40,12 +42,27 @@ func Middleware(locker dlock.Locker, name NameFunc, opts ...Option) (func(http.H
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	if cfg.maxHold > 0 {
+		// First, so that a dlock.WithMaxHold of the user's, later in the
+		// list, replaces it.
+		cfg.acquire = append([]dlock.AcquireOption{dlock.WithMaxHold(cfg.maxHold)}, cfg.acquire...)
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n, err := name(r)
 			if err != nil {
 				cfg.writeError(w, r, cfg.invalid, nameError{err})
 				return
+			}
+			if cfg.bufferBody > 0 {
+				if r, err = bufferBody(r, cfg.bufferBody); err != nil {
+					if r.Context().Err() == context.Canceled {
+						cfg.writeError(w, r, cfg.cancelled, &cancelledError{errors.Join(context.Canceled, err)})
+						return
+					}
+					cfg.writeError(w, r, cfg.invalid, bodyError{err})
+					return
+				}
 			}
 			lock, err := locker.Acquire(r.Context(), n, cfg.acquire...)
 			if err != nil {
@@ -78,6 +95,35 @@ func Middleware(locker dlock.Locker, name NameFunc, opts ...Option) (func(http.H
 	}, nil
 }
 
+// bufferBody reads r's body into memory when its declared length is within
+// max, and returns r with that copy as its body. Reading it to its end is
+// what makes net/http watch the connection (and cancel r's context when the
+// client leaves), and it keeps a slow sender from holding the lock while it
+// sends.
+func bufferBody(r *http.Request, max int64) (*http.Request, error) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength <= 0 || r.ContentLength > max {
+		return r, nil
+	}
+	b := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(r.Body, b); err != nil {
+		return r, fmt.Errorf("dlockhttp: reading the request body: %w", err)
+	}
+	// Read on to EOF: net/http starts watching the connection when its body
+	// reader reports the end, which ReadFull does not ask for. Nothing
+	// more can come: the reader stops at Content-Length.
+	if _, err := r.Body.Read(make([]byte, 1)); err != io.EOF {
+		return r, fmt.Errorf("dlockhttp: reading the request body: no end after its %d bytes: %v", len(b), err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return r, nil
+}
+
+// bodyError marks a request body that could not be read, for writeError.
+type bodyError struct{ err error }
+
+func (e bodyError) Error() string { return e.err.Error() }
+func (e bodyError) Unwrap() error { return e.err }
+
 // isNil reports a nil Locker, also a nil pointer in a non-nil interface (a
 // *dlock.Client from a New that failed), which would panic on the first
 // request.
@@ -101,6 +147,16 @@ func MustMiddleware(locker dlock.Locker, name NameFunc, opts ...Option) func(htt
 
 // refuse answers a request whose lock was not acquired.
 func (cfg *config) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() == context.Canceled {
+		// The client went away (or the server cancelled the request):
+		// whatever Acquire returned, a Redis call cut short or a wait given
+		// up, is the cancellation's doing, not an outage or a conflict.
+		if !errors.Is(err, context.Canceled) {
+			err = errors.Join(context.Canceled, err)
+		}
+		cfg.writeError(w, r, cfg.cancelled, &cancelledError{err})
+		return
+	}
 	status := cfg.status(err)
 	var busy *dlock.NotObtainedError
 	if errors.As(err, &busy) {
@@ -115,8 +171,8 @@ func (cfg *config) refuse(w http.ResponseWriter, r *http.Request, err error) {
 func (cfg *config) status(err error) int {
 	switch {
 	case errors.Is(err, dlock.ErrNotObtained):
-		// Also when the request's context ended the wait: the lock was busy
-		// all along, and a client that went away reads no answer anyway.
+		// Also when the request's deadline ended the wait: the lock was busy
+		// all along. (A cancelled request is answered before: refuse.)
 		return cfg.busy
 	case errors.Is(err, dlock.ErrInvalidName):
 		return cfg.invalid
@@ -151,6 +207,15 @@ type nameError struct{ err error }
 func (e nameError) Error() string { return e.err.Error() }
 func (e nameError) Unwrap() error { return e.err }
 
+// cancelledError marks an acquisition the request's cancellation ended, for
+// writeError, without changing what it matches.
+type cancelledError struct{ err error }
+
+func (e *cancelledError) Error() string {
+	return "dlockhttp: request cancelled while its lock was acquired: " + e.err.Error()
+}
+func (e *cancelledError) Unwrap() error { return e.err }
+
 // writeError is the default ErrorWriter. The body names a missing field,
 // which the client can fix, and nothing internal: no Redis address, no
 // error text from Redis or from a NameFunc.
@@ -160,8 +225,12 @@ func writeError(w http.ResponseWriter, _ *http.Request, status int, err error) {
 	switch {
 	case errors.As(err, &missing):
 		msg = missing.Error()
+	case errors.As(err, new(*cancelledError)):
+		msg = "dlockhttp: request cancelled"
 	case errors.As(err, new(nameError)):
 		msg = "dlockhttp: the request names no lock"
+	case errors.As(err, new(bodyError)):
+		msg = "dlockhttp: the request body could not be read"
 	case errors.Is(err, dlock.ErrNotObtained):
 		msg = "dlockhttp: busy: another request holds the lock; retry later"
 	case errors.Is(err, dlock.ErrInvalidName):

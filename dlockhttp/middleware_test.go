@@ -421,6 +421,8 @@ func TestMiddlewareRefusesBadWiring(t *testing.T) {
 		{"status 0", c, id, []dlockhttp.Option{dlockhttp.WithBusyStatus(0)}},
 		{"status 1000", c, id, []dlockhttp.Option{dlockhttp.WithUnavailableStatus(1000)}},
 		{"nil error writer", c, id, []dlockhttp.Option{dlockhttp.WithErrorWriter(nil)}},
+		{"negative max hold", c, id, []dlockhttp.Option{dlockhttp.WithMaxHold(-time.Second)}},
+		{"negative body buffer", c, id, []dlockhttp.Option{dlockhttp.WithBufferedBody(-1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mw, err := dlockhttp.Middleware(tc.locker, tc.names, tc.opts...)

@@ -25,11 +25,24 @@ func (f optionFunc) apply(c *config) { f(c) }
 // set in w's header when the writer runs.
 type ErrorWriter func(w http.ResponseWriter, r *http.Request, status int, err error)
 
+// DefaultMaxHold is how long the middleware lets one request hold its lock
+// unless WithMaxHold or a dlock.WithMaxHold in WithAcquireOptions says
+// otherwise: see "Security" in the package documentation. 30s is the order
+// of the WriteTimeout servers set and of a load balancer's request timeout:
+// a request still running after it has usually been given up by its client,
+// and a legitimate one is rare enough to configure. It is a fixed time, not
+// a multiple of the TTL: the TTL sizes how fast a crashed holder's lock
+// frees, which has nothing to do with how long a request may take.
+const DefaultMaxHold = 30 * time.Second
+
 type config struct {
 	acquire      []dlock.AcquireOption
+	maxHold      time.Duration
 	busy         int
 	invalid      int
 	unavailable  int
+	cancelled    int
+	bufferBody   int64 // WithBufferedBody; 0: the body is the handler's
 	writeError   ErrorWriter
 	releaseError func(*http.Request, error)
 }
@@ -38,9 +51,11 @@ func defaultConfig() config {
 	return config{
 		// One attempt: see "Responses" in the package documentation.
 		acquire:     []dlock.AcquireOption{dlock.WithWait(0)},
+		maxHold:     DefaultMaxHold,
 		busy:        http.StatusConflict,
 		invalid:     http.StatusBadRequest,
 		unavailable: http.StatusServiceUnavailable,
+		cancelled:   StatusClientClosedRequest,
 		writeError:  writeError,
 	}
 }
@@ -52,6 +67,35 @@ func defaultConfig() config {
 // unless dlock.WithoutRenewal is given.
 func WithAcquireOptions(opts ...dlock.AcquireOption) Option {
 	return optionFunc(func(c *config) { c.acquire = append(c.acquire, opts...) })
+}
+
+// WithMaxHold bounds how long one request may hold its lock (default
+// DefaultMaxHold; 0 removes the bound). The middleware passes it to the
+// Locker as dlock.WithMaxHold before the options of WithAcquireOptions, so a
+// dlock.WithMaxHold there wins. Past the bound no renewal keeps the lock: it
+// frees in Redis, and the handler's context ends with a cause matching
+// dlock.ErrHoldLimit and dlock.ErrLockLost. A TTL above the bound is cut to
+// it. Redlock refuses dlock.WithMaxHold: with a Redlock, pass WithMaxHold(0)
+// and bound requests with the server's timeouts.
+func WithMaxHold(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxHold = d })
+}
+
+// WithBufferedBody makes the middleware read a request body whose declared
+// length (Content-Length) is at most max bytes before it takes the lock; the
+// handler reads the same bytes from memory. Two things follow, see
+// "Security" in the package documentation: a client that sends its body
+// slowly holds no lock while it does (only its own connection, which the
+// server's ReadTimeout bounds), and net/http, which watches a connection for
+// the client leaving only once the body has been read, can end a wait for a
+// busy lock (dlock.WithWait) as soon as the client leaves. A body without a
+// declared length (chunked) or longer than max is left to the handler, as
+// without the option. A body that cannot be read is answered 400 Bad
+// Request (WithInvalidNameStatus), or as cancelled when the client left.
+// max bytes of memory per request in flight is the cost: keep it to what a
+// handler of the route reads whole anyway (a JSON command, a form).
+func WithBufferedBody(max int64) Option {
+	return optionFunc(func(c *config) { c.bufferBody = max })
 }
 
 // WithBusyStatus sets the status of a request whose lock another request
@@ -72,6 +116,19 @@ func WithInvalidNameStatus(code int) Option {
 // (default 503 Service Unavailable).
 func WithUnavailableStatus(code int) Option {
 	return optionFunc(func(c *config) { c.unavailable = code })
+}
+
+// StatusClientClosedRequest (499, nginx's "client closed request") is the
+// default status of a request whose client went away while its lock was
+// being acquired: no client reads it, but access logs and metrics do, and a
+// client's own cancellation is neither a conflict (409) nor an outage (503).
+const StatusClientClosedRequest = 499
+
+// WithCancelledStatus sets the status written for a request whose context
+// was cancelled (its client went away) while its lock was being acquired
+// (default StatusClientClosedRequest, 499).
+func WithCancelledStatus(code int) Option {
+	return optionFunc(func(c *config) { c.cancelled = code })
 }
 
 // WithErrorWriter replaces how the middleware answers requests it does not
@@ -98,7 +155,7 @@ func (c *config) check() error {
 	for _, s := range []struct {
 		what string
 		code int
-	}{{"busy", c.busy}, {"invalid name", c.invalid}, {"unavailable", c.unavailable}} {
+	}{{"busy", c.busy}, {"invalid name", c.invalid}, {"unavailable", c.unavailable}, {"cancelled", c.cancelled}} {
 		// The range http.ResponseWriter.WriteHeader accepts without panicking.
 		if s.code < 100 || s.code > 999 {
 			return fmt.Errorf("dlockhttp: %s status %d is not a valid HTTP status", s.what, s.code)
@@ -106,6 +163,12 @@ func (c *config) check() error {
 	}
 	if c.writeError == nil {
 		return fmt.Errorf("dlockhttp: nil ErrorWriter")
+	}
+	if c.bufferBody < 0 {
+		return fmt.Errorf("dlockhttp: WithBufferedBody(%d): %w: the bound must not be negative (0 turns it off)", c.bufferBody, dlock.ErrInvalidOption)
+	}
+	if c.maxHold < 0 {
+		return fmt.Errorf("dlockhttp: WithMaxHold(%v): %w: a hold bound must not be negative (0 removes it)", c.maxHold, dlock.ErrInvalidOption)
 	}
 	// The acquire options, as far as they can be judged without the
 	// Locker's TTL bounds: a negative wait would fail every request.

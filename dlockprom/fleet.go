@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/flightcache"
 )
 
 // Defaults of the FleetCollector.
@@ -68,10 +68,9 @@ type FleetCollector struct {
 	timestamp                       *prometheus.Desc
 	errors, listings                prometheus.Counter
 
-	mu       sync.Mutex
-	last     *fleetFigures // nil before the first listing
-	lastAt   time.Time
-	inflight *flight
+	// One listing at a time, shared by the scrapes that come while it runs,
+	// kept for cfg.ttl: the same cache as dlockadmin's listings.
+	cache *flightcache.Cache[struct{}, *fleetFigures]
 }
 
 var _ prometheus.Collector = (*FleetCollector)(nil)
@@ -83,12 +82,6 @@ type fleetConfig struct {
 	groupOf   func(string) string
 	maxGroups int
 	match     string
-}
-
-// flight is a listing under way; done is closed when figures is set.
-type flight struct {
-	done    chan struct{}
-	figures *fleetFigures
 }
 
 // fleetFigures are the result of one listing.
@@ -194,7 +187,7 @@ func NewFleetCollector(client *dlock.Client, opts ...Option) (*FleetCollector, e
 		})
 	}
 	return &FleetCollector{
-		client: client, cfg: fc,
+		client: client, cfg: fc, cache: flightcache.New[struct{}, *fleetFigures](fc.ttl, 1),
 		locks: desc("fleet_locks",
 			"Names held in Redis now, by group of names and kind (exclusive, shared, semaphore).", "group", "kind"),
 		holders: desc("fleet_holders",
@@ -264,30 +257,12 @@ func (f *FleetCollector) Collect(ch chan<- prometheus.Metric) {
 // way, or from a new listing run here. The listing is bounded in time, so
 // the wait for it is too.
 func (f *FleetCollector) figures() *fleetFigures {
-	f.mu.Lock()
-	if f.last != nil && time.Since(f.lastAt) < f.cfg.ttl {
-		fig := f.last
-		f.mu.Unlock()
-		return fig
-	}
-	if fl := f.inflight; fl != nil {
-		f.mu.Unlock()
-		<-fl.done
-		return fl.figures
-	}
-	fl := &flight{done: make(chan struct{}), figures: &fleetFigures{truncated: true, at: time.Now()}}
-	f.inflight = fl
-	f.mu.Unlock()
-	// Deferred, so that a panic in the caller's grouping function cannot
-	// leave the scrapes waiting on this listing stuck for ever.
-	defer func() {
-		f.mu.Lock()
-		f.last, f.lastAt, f.inflight = fl.figures, time.Now(), nil
-		f.mu.Unlock()
-		close(fl.done)
-	}()
-	fl.figures = f.list()
-	return fl.figures
+	// Collect has no context: nobody gives up, and list reports a failure
+	// in the figures it returns (truncated, an error counted).
+	fig, _, _ := f.cache.Get(context.Background(), struct{}{}, func(context.Context) (*fleetFigures, error) {
+		return f.list(), nil
+	})
+	return fig
 }
 
 // list walks the fleet once.

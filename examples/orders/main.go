@@ -62,11 +62,7 @@ func run(ctx context.Context, args []string) error {
 	// the connection is still open.
 	defer locker.Close(context.Background())
 
-	srv := &http.Server{
-		Addr:              *listen,
-		Handler:           newHandler(locker, rdb, *listen, *work, *unsafe),
-		ReadHeaderTimeout: 5 * time.Second,
-	}
+	srv := newServer(*listen, newHandler(locker, rdb, *listen, *work, *unsafe), *work)
 	served := make(chan error, 1)
 	go func() { served <- srv.ListenAndServe() }()
 	log.Printf("orders on http://%s, Redis %s, lock on: %t", *listen, opts.Addr, !*unsafe)
@@ -79,6 +75,26 @@ func run(ctx context.Context, args []string) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdownCtx)
+}
+
+// newServer sets every timeout a server facing the network needs. The lock
+// middleware bounds how long a request holds its lock (dlockhttp's
+// DefaultMaxHold, 30s); these bound the connection around it, and, being
+// shorter, make that bound a backstop: a client that never finishes its
+// headers (ReadHeaderTimeout) or its body (ReadTimeout: a slow-body client
+// would otherwise hold the order's lock while it trickles), a handler that
+// runs on (WriteTimeout, above the work time), an idle keep-alive
+// connection (IdleTimeout).
+func newServer(addr string, h http.Handler, work time.Duration) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      work + 10*time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
 }
 
 // redisOptions reads Redis as the dlock CLI reads $DLOCK_URL: a redis://

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlockhttp"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -89,5 +90,20 @@ func TestOneOrderPerUserAcrossInstances(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), "1 order(s)") {
 		t.Fatalf("GET: %d %q", resp.StatusCode, body)
+	}
+}
+
+// The server the example runs sets the timeouts dlockhttp's Security section
+// asks for, and they sit inside the middleware's hold bound.
+func TestServerTimeouts(t *testing.T) {
+	srv := newServer("127.0.0.1:0", http.NotFoundHandler(), 100*time.Millisecond)
+	for name, d := range map[string]time.Duration{"ReadHeaderTimeout": srv.ReadHeaderTimeout, "ReadTimeout": srv.ReadTimeout,
+		"WriteTimeout": srv.WriteTimeout, "IdleTimeout": srv.IdleTimeout} {
+		if d <= 0 {
+			t.Errorf("%s is not set", name)
+		}
+	}
+	if srv.ReadTimeout >= dlockhttp.DefaultMaxHold || srv.WriteTimeout >= dlockhttp.DefaultMaxHold {
+		t.Errorf("ReadTimeout %v, WriteTimeout %v: not inside the hold bound %v", srv.ReadTimeout, srv.WriteTimeout, dlockhttp.DefaultMaxHold)
 	}
 }
