@@ -85,7 +85,8 @@
 // the lock, which frees in Redis for the next call, and the handler's
 // context (a stream's Context()) ends with a cause matching
 // dlock.ErrHoldLimit and dlock.ErrLockLost. WithMaxHold changes the bound
-// (0 removes it; Redlock, which refuses dlock.WithMaxHold, needs 0), and a
+// (0 removes it; a Locker that refuses dlock.WithMaxHold, Redlock, is
+// asked without it and left unbounded), and a
 // dlock.WithMaxHold in WithAcquireOptions wins over it. The client sees what
 // the handler returns then: a handler that fails after the bound with an
 // error that is not a status is answered Aborted "lock lost", as for any

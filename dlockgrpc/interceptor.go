@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -110,6 +112,7 @@ type guard struct {
 	locker dlock.Locker
 	name   NameFunc
 	cfg    config
+	take   func(context.Context, string) (dlock.Lock, error) // Acquire, with the hold bound where the Locker takes it
 }
 
 func newGuard(locker dlock.Locker, name NameFunc, opts []Option) (*guard, error) {
@@ -123,12 +126,7 @@ func newGuard(locker dlock.Locker, name NameFunc, opts []Option) (*guard, error)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	if cfg.maxHold > 0 {
-		// First, so that a dlock.WithMaxHold of the user's, later in the
-		// list, replaces it.
-		cfg.acquire = append([]dlock.AcquireOption{dlock.WithMaxHold(cfg.maxHold)}, cfg.acquire...)
-	}
-	return &guard{locker: locker, name: name, cfg: cfg}, nil
+	return &guard{locker: locker, name: name, cfg: cfg, take: boundedAcquire(locker, cfg.acquire, cfg.maxHold)}, nil
 }
 
 // isNil reports a nil Locker, also a nil pointer in a non-nil interface (a
@@ -156,7 +154,7 @@ func (g *guard) acquire(ctx context.Context, method string, req any, setTrailer 
 		// A plain error's text may hold internals: the client gets the code.
 		return nil, status.Error(codes.InvalidArgument, "dlockgrpc: the call names no lock")
 	}
-	lock, err := g.locker.Acquire(ctx, n, g.cfg.acquire...)
+	lock, err := g.take(ctx, n)
 	if err == nil {
 		return lock, nil
 	}
@@ -250,5 +248,32 @@ func panicEnd(lock dlock.Lock) error {
 		return fmt.Errorf("%s: handler panicked; lock %q: the release did not complete (the lock expires with its TTL)", "dlockgrpc", lock.Name())
 	default:
 		return fmt.Errorf("%s: handler panicked; lock %q: %w", "dlockgrpc", lock.Name(), cause)
+	}
+}
+
+// boundedAcquire acquires with the hold bound maxHold (0: none) put first
+// among opts, so that a dlock.WithMaxHold of the user's, later in the list,
+// replaces it. A Locker that refuses hold limits (Redlock refuses
+// dlock.WithMaxHold) is asked again without the bound, and from then on
+// never with it: the default must not break such a Locker, whose calls then
+// go unbounded, as documented on WithMaxHold.
+func boundedAcquire(locker dlock.Locker, opts []dlock.AcquireOption, maxHold time.Duration) func(context.Context, string) (dlock.Lock, error) {
+	if maxHold <= 0 {
+		return func(ctx context.Context, name string) (dlock.Lock, error) { return locker.Acquire(ctx, name, opts...) }
+	}
+	bounded := append([]dlock.AcquireOption{dlock.WithMaxHold(maxHold)}, opts...)
+	var refused atomic.Bool
+	return func(ctx context.Context, name string) (dlock.Lock, error) {
+		if refused.Load() {
+			return locker.Acquire(ctx, name, opts...)
+		}
+		lock, err := locker.Acquire(ctx, name, bounded...)
+		if errors.Is(err, dlock.ErrInvalidOption) {
+			if lock, err2 := locker.Acquire(ctx, name, opts...); !errors.Is(err2, dlock.ErrInvalidOption) {
+				refused.Store(true) // the bound was what it refused
+				return lock, err2
+			}
+		}
+		return lock, err
 	}
 }

@@ -101,7 +101,7 @@ var names = dlockgrpc.ByMethod(map[string]dlockgrpc.NameFunc{
 
 // serve starts a gRPC server for svc on a loopback port, with both
 // interceptors, and returns a client connection to it.
-func serve(t *testing.T, c *dlock.Client, svc *orders, name dlockgrpc.NameFunc, opts ...dlockgrpc.Option) *grpc.ClientConn {
+func serve(t *testing.T, c dlock.Locker, svc *orders, name dlockgrpc.NameFunc, opts ...dlockgrpc.Option) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

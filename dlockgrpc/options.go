@@ -59,9 +59,10 @@ func WithAcquireOptions(opts ...dlock.AcquireOption) Option {
 // WithAcquireOptions, so a dlock.WithMaxHold there wins. Past the bound no
 // renewal keeps the lock: it frees in Redis, and the handler's context (a
 // stream's Context()) ends with a cause matching dlock.ErrHoldLimit and
-// dlock.ErrLockLost. A TTL above the bound is cut to it. Redlock refuses
-// dlock.WithMaxHold: with a Redlock, pass WithMaxHold(0) and bound calls
-// with deadlines and the server's keepalive settings.
+// dlock.ErrLockLost. A TTL above the bound is cut to it. A Locker that
+// refuses dlock.WithMaxHold (Redlock) is asked without it, after its first
+// refusal: its calls are not bounded, so bound them with deadlines and the
+// server's keepalive settings.
 func WithMaxHold(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.maxHold = d })
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockgrpc"
+	"github.com/dlock-go/dlock/redlock"
 )
 
 // A stream kept open by its client (the handler blocked in Recv, not looking
@@ -169,5 +170,21 @@ func TestClientCancelIsNotUnavailable(t *testing.T) {
 	on.Store(false) // the give-back after the cut round trip may go through
 	if got := status.Code(await(t, returned, "the server's answer")); got != codes.Canceled {
 		t.Fatalf("the server answered %v for a call its client cancelled, want Canceled", got)
+	}
+}
+
+// The default hold bound must not break a Locker that refuses
+// dlock.WithMaxHold: a Redlock behind the interceptor answered Internal to
+// every call when the default came in. It is asked again without it.
+func TestDefaultBoundSparesRedlock(t *testing.T) {
+	_, rdb := setup(t)
+	r, err := redlock.New([]redis.UniversalClient{rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	conn := serve(t, r, &orders{place: func(ctx context.Context, id string) (string, error) { return "ok", nil }}, names)
+	for range 3 {
+		place(conn, "rl").expect(t, codes.OK, "ok")
 	}
 }

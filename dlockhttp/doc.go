@@ -77,9 +77,9 @@
 // through dlock.WithMaxHold: past it no renewal keeps the lock, which frees
 // in Redis for the next request, and the handler's context ends with a
 // cause matching dlock.ErrHoldLimit and dlock.ErrLockLost. WithMaxHold
-// changes the bound (0 removes it; Redlock, which refuses dlock.WithMaxHold,
-// needs 0), and a dlock.WithMaxHold in WithAcquireOptions wins over it. What
-// the client sees then is what the handler writes: a handler that passes
+// changes the bound (0 removes it; a Locker that refuses dlock.WithMaxHold,
+// Redlock, is asked without it and left unbounded), and a dlock.WithMaxHold
+// in WithAcquireOptions wins over it. What the client sees then is what the handler writes: a handler that passes
 // its context to its database calls fails them and answers an error; one
 // blocked reading a slow body learns of it only when the read returns,
 // which the server's ReadTimeout bounds. The middleware writes nothing once

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -42,11 +43,7 @@ func Middleware(locker dlock.Locker, name NameFunc, opts ...Option) (func(http.H
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	if cfg.maxHold > 0 {
-		// First, so that a dlock.WithMaxHold of the user's, later in the
-		// list, replaces it.
-		cfg.acquire = append([]dlock.AcquireOption{dlock.WithMaxHold(cfg.maxHold)}, cfg.acquire...)
-	}
+	acquire := boundedAcquire(locker, cfg.acquire, cfg.maxHold)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n, err := name(r)
@@ -64,7 +61,7 @@ func Middleware(locker dlock.Locker, name NameFunc, opts ...Option) (func(http.H
 					return
 				}
 			}
-			lock, err := locker.Acquire(r.Context(), n, cfg.acquire...)
+			lock, err := acquire(r.Context(), n)
 			if err != nil {
 				cfg.refuse(w, r, err)
 				return
@@ -253,5 +250,32 @@ func panicEnd(lock dlock.Lock) error {
 		return fmt.Errorf("%s: handler panicked; lock %q: the release did not complete (the lock expires with its TTL)", "dlockhttp", lock.Name())
 	default:
 		return fmt.Errorf("%s: handler panicked; lock %q: %w", "dlockhttp", lock.Name(), cause)
+	}
+}
+
+// boundedAcquire acquires with the hold bound maxHold (0: none) put first
+// among opts, so that a dlock.WithMaxHold of the user's, later in the list,
+// replaces it. A Locker that refuses hold limits (Redlock refuses
+// dlock.WithMaxHold) is asked again without the bound, and from then on
+// never with it: the default must not break such a Locker, whose requests
+// then go unbounded, as documented on WithMaxHold.
+func boundedAcquire(locker dlock.Locker, opts []dlock.AcquireOption, maxHold time.Duration) func(context.Context, string) (dlock.Lock, error) {
+	if maxHold <= 0 {
+		return func(ctx context.Context, name string) (dlock.Lock, error) { return locker.Acquire(ctx, name, opts...) }
+	}
+	bounded := append([]dlock.AcquireOption{dlock.WithMaxHold(maxHold)}, opts...)
+	var refused atomic.Bool
+	return func(ctx context.Context, name string) (dlock.Lock, error) {
+		if refused.Load() {
+			return locker.Acquire(ctx, name, opts...)
+		}
+		lock, err := locker.Acquire(ctx, name, bounded...)
+		if errors.Is(err, dlock.ErrInvalidOption) {
+			if lock, err2 := locker.Acquire(ctx, name, opts...); !errors.Is(err2, dlock.ErrInvalidOption) {
+				refused.Store(true) // the bound was what it refused
+				return lock, err2
+			}
+		}
+		return lock, err
 	}
 }

@@ -75,8 +75,9 @@ func WithAcquireOptions(opts ...dlock.AcquireOption) Option {
 // dlock.WithMaxHold there wins. Past the bound no renewal keeps the lock: it
 // frees in Redis, and the handler's context ends with a cause matching
 // dlock.ErrHoldLimit and dlock.ErrLockLost. A TTL above the bound is cut to
-// it. Redlock refuses dlock.WithMaxHold: with a Redlock, pass WithMaxHold(0)
-// and bound requests with the server's timeouts.
+// it. A Locker that refuses dlock.WithMaxHold (Redlock) is asked without it,
+// after its first refusal: its requests are not bounded, so bound them with
+// the server's timeouts.
 func WithMaxHold(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.maxHold = d })
 }
