@@ -134,6 +134,21 @@ func TestWrongTokenRateLimited(t *testing.T) {
 	if rec := send("198.51.100.9:5000", "fence-check-only"); rec.Code != http.StatusUnauthorized {
 		t.Errorf("another address: %d, want 401", rec.Code)
 	}
+	// The page's form meets the same limit, answered after its redirect.
+	form := url.Values{"name": {"orders"}, "fence": {fence}, "admin_token": {adminSecret}}
+	req := httptest.NewRequest("POST", "/unlock", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.RemoteAddr = attacker
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusSeeOther {
+		t.Fatalf("form during the lockout: %d, want 303", rec.Code)
+	}
+	page := httptest.NewRecorder()
+	h.ServeHTTP(page, httptest.NewRequest("GET", "/"+strings.TrimPrefix(rec.Header().Get("Location"), "./"), nil))
+	if body := page.Body.String(); !strings.Contains(body, "too many wrong admin tokens") || strings.Contains(body, `id="notice" data-token-refused`) {
+		t.Errorf("the page after a limited form: want the refusal, and the token kept (it may be right):\n%.3000s", body)
+	}
 	var limitedLines int
 	for _, m := range audit.entries(t) {
 		if m["status"] == float64(http.StatusTooManyRequests) {
