@@ -23,6 +23,7 @@ func TestURLPasswordOnCommandLineWarns(t *testing.T) {
 	for _, args := range [][]string{
 		{"-u", withPW, "list"},
 		{"--url=" + withPW, "run", "job", "--", "true"},
+		{"-u", withPW, "doctor"}, // its own client, not a.redis's
 	} {
 		r := dlockRunEnv(t, nil, args...)
 		if r.code != 0 {
