@@ -58,6 +58,7 @@ func childEnv(base []string, lock dlock.Lock, pass []string) []string {
 		case slices.Contains(lockEnv, k):
 			continue
 		case slices.Contains(pass, k):
+			// Passed as it is, password included.
 		case slices.Contains(secretEnv, k):
 			continue
 		case slices.Contains(urlEnv, k):
