@@ -2,6 +2,7 @@ package dlockadmin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -54,7 +55,9 @@ func public(err error) (status int, msg string, internal bool) {
 // failed logs err when it is internal and returns what the client is told.
 func (h *handler) failed(ctx context.Context, op string, err error) (int, string) {
 	status, msg, internal := public(err)
-	if internal {
+	// A client that hung up is not a failure of Redis worth an error line
+	// (and would let anyone write them by opening and dropping requests).
+	if internal && !errors.Is(ctx.Err(), context.Canceled) {
 		h.cfg.log.LogAttrs(context.WithoutCancel(ctx), slog.LevelError, "dlockadmin: "+op+" failed",
 			slog.Int("status", status), slog.String("error", clip(err.Error(), maxLogReason)))
 	}

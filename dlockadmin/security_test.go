@@ -1,6 +1,7 @@
 package dlockadmin_test
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -188,6 +189,13 @@ func TestErrorsHideRedisDetails(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, port, _ := net.SplitHostPort(dead)
+	// A client that hung up is no Redis failure: nothing logged.
+	gone, cancel := context.WithCancel(bg)
+	cancel()
+	mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/api/locks", nil).WithContext(gone))
+	if logged := log.String(); logged != "" {
+		t.Errorf("a request whose client left was logged as a failure:\n%s", logged)
+	}
 	for _, tc := range []struct {
 		method, path string
 		header       http.Header
