@@ -77,7 +77,10 @@
 // fence the operator saw, the result and its reason, and the owner, fence
 // and token prefix of the holder removed (or of the holder found instead).
 // The remote address is the TCP peer: behind a reverse proxy it is the
-// proxy, whose own log then tells who asked.
+// proxy, whose own log then tells who asked. Values the client chose (the
+// name, the fence, the Origin) are cut at dlock.MaxNameLength bytes with a
+// "…[truncated: N bytes]" marker, so a valid name is logged whole and no
+// request writes more than a few KB.
 //
 // # Security
 //
@@ -111,10 +114,31 @@
 //     the API, a notice on the page), and it stops reading locks once it
 //     has one more than the limit. "generated_at" tells how old a listing
 //     is.
+//   - An admin token shorter than MinAdminTokenLength (16) bytes is
+//     refused when the handler is made.
+//   - Wrong admin tokens are limited per client address (its IP, or its
+//     /64 for IPv6): 5 at once, then one a second. Past that, the
+//     address's unlocks are answered 429 Too Many Requests with
+//     Retry-After, whatever token they carry (the page's form shows the
+//     same refusal after its redirect); only the first refusal of a
+//     lockout is logged. At most 4096 addresses are remembered, those
+//     beyond share one limit. Behind a reverse proxy all clients are the
+//     proxy and share its limit.
+//   - No answer carries what went wrong inside: when Redis fails (say
+//     "dial tcp 10.0.3.7:6379: connection refused"), the client, who need
+//     not be authenticated, gets a generic 503 "lock service unavailable",
+//     /readyz a plain "not ready", and the error itself goes to the
+//     WithLogger logger. Errors about the request (a bad name, no such
+//     lock) are answered as they are.
+//   - Each audit line is bounded (see Force unlock above).
 //
 // Serve the handler on loopback, or behind TLS and authentication: the list
 // of lock names and owners may itself be sensitive, and the admin token
-// travels with every unlock.
+// travels with every unlock. The handler cannot bound the connections it is
+// served on: give the http.Server ReadHeaderTimeout, ReadTimeout,
+// WriteTimeout, IdleTimeout and MaxHeaderBytes (`dlock serve` sets 5 s,
+// 10 s, 30 s, 15 s and 64 KB), or an idle keep-alive or a client sending its
+// body one byte at a time keeps a connection open for as long as it likes.
 //
 // # Status codes
 //
@@ -128,13 +152,16 @@
 //   - 409 Conflict: the lock is held by another holder than the fence named
 //     (the fence differs: the lock changed hands, or the fence was not the
 //     holder's); nothing was removed.
+//   - 429 Too Many Requests: too many wrong admin tokens from the client's
+//     address; Retry-After says when to try again.
 //   - 500 Internal Server Error: the lock's key holds data dlock did not
 //     write.
 //   - 503 Service Unavailable: Redis did not answer in time, or the dlock
-//     Client is closed.
+//     Client is closed (the body says only that; the log has the error).
 //
-// An unlock is checked in this order: same origin, enabled, authenticated,
-// well-formed, then against Redis; so a caller without the admin token
+// An unlock is checked in this order: same origin, enabled, a token
+// present, the address not locked out, authenticated, well-formed, then
+// against Redis; so a caller without the admin token
 // learns nothing about the locks from an unlock's answer.
 //
 // # Limits

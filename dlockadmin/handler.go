@@ -25,6 +25,7 @@ type handler struct {
 	c       *dlock.Client
 	cfg     config
 	notices *noticeStore     // results of form unlocks, for the page after the redirect
+	fails   *failLimiter     // wrong admin tokens, per client address
 	now     func() time.Time // the clock ages are measured on; tests keep it real
 
 	cache *flightcache.Cache[query, snapshot] // listings kept and shared (cache.go)
@@ -41,20 +42,26 @@ type handler struct {
 // It returns an error for a nil client or an invalid option, and starts
 // nothing then; MustNewHandler panics instead.
 func NewHandler(c *dlock.Client, opts ...Option) (http.Handler, error) {
+	_, hh, err := newHandler(c, opts...)
+	return hh, err
+}
+
+// newHandler is NewHandler, with the handler's state for NewServeMux.
+func newHandler(c *dlock.Client, opts ...Option) (*handler, http.Handler, error) {
 	if c == nil {
-		return nil, errors.New("dlockadmin: NewHandler needs a dlock.Client")
+		return nil, nil, errors.New("dlockadmin: NewHandler needs a dlock.Client")
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
 	if cfg.err != nil {
-		return nil, cfg.err
+		return nil, nil, cfg.err
 	}
 	if cfg.log == nil {
 		cfg.log = slog.Default()
 	}
-	h := &handler{c: c, cfg: cfg, now: time.Now, notices: newNoticeStore(), cache: newListingCache(cfg)}
+	h := &handler{c: c, cfg: cfg, now: time.Now, notices: newNoticeStore(), fails: newFailLimiter(), cache: newListingCache(cfg)}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", h.page)
@@ -71,7 +78,7 @@ func NewHandler(c *dlock.Client, opts ...Option) (http.Handler, error) {
 	// Origin against Host); safe methods and non-browser clients pass.
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(h.crossOrigin))
-	return cop.Handler(mux), nil
+	return h, cop.Handler(mux), nil
 }
 
 // MustNewHandler is NewHandler for options fixed in the program: it panics
@@ -179,7 +186,8 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	s, err := h.snapshot(r.Context(), q)
 	if err != nil {
-		writeError(w, statusOf(err), err.Error())
+		status, msg := h.failed(r.Context(), "list", err)
+		writeError(w, status, msg)
 		return
 	}
 	conv := func(ls []dlock.LockInfo) []Lock {
@@ -203,7 +211,8 @@ func (h *handler) inspect(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	info, err := h.c.Inspect(ctx, name)
 	if err != nil {
-		writeError(w, statusOf(err), err.Error())
+		status, msg := h.failed(ctx, "inspect", err)
+		writeError(w, status, msg)
 		return
 	}
 	writeJSON(w, http.StatusOK, LockOf(info, h.now()))

@@ -25,12 +25,13 @@ const readyProbeName = "dlockadmin:readyz"
 //     not touch Redis, so that an orchestrator does not restart a healthy
 //     process because Redis is down, which a restart would not fix.
 //   - GET /readyz readiness: 200 "ready" when one read from Redis succeeds
-//     within 2s, else 503 with the error.
+//     within 2s, else 503 "not ready" (the error itself goes to the
+//     WithLogger logger, not to the prober).
 //
 // The mux is returned so the caller can add routes of its own. The error is
 // NewHandler's.
 func NewServeMux(c *dlock.Client, metrics http.Handler, opts ...Option) (*http.ServeMux, error) {
-	admin, err := NewHandler(c, opts...)
+	h, admin, err := newHandler(c, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +50,9 @@ func NewServeMux(c *dlock.Client, metrics http.Handler, opts ...Option) (*http.S
 		defer cancel()
 		w.Header().Set("Cache-Control", "no-store")
 		if _, err := c.Inspect(ctx, readyProbeName); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			// Probes need not authenticate: the reason goes to the log.
+			_, msg := h.failed(ctx, "readyz", err)
+			http.Error(w, "not ready: "+msg, http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/dlock-go/dlock"
 )
 
 // Defaults of the handler. Each can be changed with an Option.
@@ -22,6 +24,9 @@ const (
 	DefaultTimeout = 10 * time.Second
 	// TopN is the length of the "hottest" and "longest" rankings.
 	TopN = 10
+	// MinAdminTokenLength is the shortest admin token WithForceUnlock
+	// takes, in bytes.
+	MinAdminTokenLength = 16
 	// DefaultReadOnlyHint is how a read-only view says force unlock is
 	// enabled, by default: see WithReadOnlyHint.
 	DefaultReadOnlyHint = "enable it with dlockadmin.WithForceUnlock"
@@ -101,12 +106,21 @@ func WithTimeout(d time.Duration) Option {
 //
 // Use a long random secret (32 random bytes, hex- or base64-encoded): it is
 // the only thing between anyone who can reach the handler and breaking
-// every lock's mutual exclusion. Serve the handler on loopback, or behind
-// TLS, since the token travels with each unlock request.
+// every lock's mutual exclusion. A token shorter than MinAdminTokenLength
+// bytes is refused (NewHandler returns an error matching
+// dlock.ErrInvalidOption): "x" could be guessed despite the limit on
+// wrong attempts. Serve the handler on loopback, or behind TLS, since the
+// token travels with each unlock request.
 func WithForceUnlock(adminToken string) Option {
 	return optionFunc(func(c *config) {
 		if adminToken == "" {
 			c.adminToken = nil
+			return
+		}
+		if len(adminToken) < MinAdminTokenLength {
+			// Its length only: an error may end up in a log.
+			c.fail(fmt.Errorf("dlockadmin: WithForceUnlock: the admin token is %d bytes long, want at least %d "+
+				"(32 random bytes, hex-encoded, say: openssl rand -hex 32): %w", len(adminToken), MinAdminTokenLength, dlock.ErrInvalidOption))
 			return
 		}
 		c.adminToken = []byte(adminToken)

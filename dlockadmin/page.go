@@ -179,8 +179,9 @@ func (h *handler) view(ctx context.Context, match, limit string) (pageView, int)
 	}
 	s, err := h.snapshot(ctx, q)
 	if err != nil {
-		v.Error = err.Error()
-		return v, statusOf(err)
+		status, msg := h.failed(ctx, "list", err)
+		v.Error = msg
+		return v, status
 	}
 	rows := func(ls []dlock.LockInfo) []row {
 		out := make([]row, 0, len(ls))

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dlock-go/dlock"
 )
@@ -30,7 +31,9 @@ type unlockRequest struct {
 // unlockResult is what one attempt came to.
 type unlockResult struct {
 	status  int
-	msg     string
+	msg     string         // for the client
+	err     error          // an internal error behind msg, for the audit line only
+	wait    time.Duration  // 429: when the client may try again
 	removed dlock.LockInfo // on success: the holder removed
 	current dlock.LockInfo // on a conflict: the holder now
 }
@@ -54,6 +57,9 @@ func (h *handler) answerAPI(w http.ResponseWriter, res unlockResult) {
 		writeError(w, res.status, res.msg)
 	case http.StatusConflict:
 		writeJSON(w, res.status, map[string]any{"error": res.msg, "current": LockOf(res.current, h.now())})
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter(res.wait)))
+		writeError(w, res.status, res.msg)
 	default:
 		writeError(w, res.status, res.msg)
 	}
@@ -89,7 +95,17 @@ func (h *handler) forceUnlock(r *http.Request, req unlockRequest) unlockResult {
 		}
 		return h.audit(r, req, unlockResult{status: http.StatusUnauthorized, msg: msg})
 	}
+	key := clientKey(r.RemoteAddr)
+	if wait, first := h.fails.check(key, h.now()); wait > 0 {
+		res := unlockResult{status: http.StatusTooManyRequests, wait: wait,
+			msg: fmt.Sprintf("too many wrong admin tokens from this address: try again in %ds", retryAfter(wait))}
+		if !first {
+			return res // logged once per lockout: a guesser does not get to fill the log
+		}
+		return h.audit(r, req, res)
+	}
 	if !h.tokenOK(req.token) {
+		h.fails.failed(key, h.now())
 		return h.audit(r, req, unlockResult{status: http.StatusUnauthorized, msg: "wrong admin token"})
 	}
 	if req.bad != nil {
@@ -102,14 +118,14 @@ func (h *handler) forceUnlock(r *http.Request, req unlockRequest) unlockResult {
 	fence, err := strconv.ParseInt(req.fence, 10, 64)
 	if err != nil || fence <= 0 {
 		return h.audit(r, req, unlockResult{status: http.StatusBadRequest,
-			msg: fmt.Sprintf("fence %q must be the positive fence of the holder to remove, as listed by GET /api/locks", req.fence)})
+			msg: fmt.Sprintf("fence %q must be the positive fence of the holder to remove, as listed by GET /api/locks", clip(req.fence, 32))})
 	}
 
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout)
 	defer cancel()
 	info, err := h.c.Inspect(ctx, req.name)
 	if err != nil {
-		return h.audit(r, req, unlockResult{status: statusOf(err), msg: err.Error()})
+		return h.audit(r, req, failedUnlock(err))
 	}
 	token, ok := info.Token, info.Fence == fence
 	if info.Kind == dlock.KindSemaphore {
@@ -135,10 +151,21 @@ func (h *handler) forceUnlock(r *http.Request, req unlockRequest) unlockResult {
 		return h.audit(r, req, unlockResult{status: http.StatusConflict, current: got,
 			msg: fmt.Sprintf("lock %q changed hands while it was being removed; nothing was removed", req.name)})
 	case err != nil:
-		return h.audit(r, req, unlockResult{status: statusOf(err), msg: err.Error()})
+		return h.audit(r, req, failedUnlock(err))
 	}
 	return h.audit(r, req, unlockResult{status: http.StatusOK, removed: got,
 		msg: fmt.Sprintf("lock %q taken from %s (fence %d)", req.name, got.Owner, got.Fence)})
+}
+
+// failedUnlock is the result of an unlock that Redis or the Client failed:
+// the client is told what public says, the audit line gets the rest.
+func failedUnlock(err error) unlockResult {
+	status, msg, internal := public(err)
+	res := unlockResult{status: status, msg: msg}
+	if internal {
+		res.err = err
+	}
+	return res
 }
 
 // fenceDiffers says why an unlock named a fence the lock does not have. It
@@ -165,21 +192,25 @@ func (h *handler) tokenOK(presented string) bool {
 // only a lock's token prefix.
 func (h *handler) audit(r *http.Request, req unlockRequest, res unlockResult) unlockResult {
 	level := slog.LevelInfo
-	if res.status == http.StatusOK || res.status == http.StatusUnauthorized {
+	if res.status == http.StatusOK || res.status == http.StatusUnauthorized || res.status == http.StatusTooManyRequests {
 		level = slog.LevelWarn
 	}
 	result := "refused"
 	if res.status == http.StatusOK {
 		result = "unlocked"
 	}
+	// Every value the client chose is clipped (logsafe.go).
 	attrs := []slog.Attr{
-		slog.String("remote", r.RemoteAddr),
+		slog.String("remote", clip(r.RemoteAddr, maxLogValue)),
 		slog.String("via", req.via),
-		slog.String("lock", req.name),
-		slog.String("fence_seen", req.fence),
+		slog.String("lock", clip(req.name, maxLogValue)),
+		slog.String("fence_seen", clip(req.fence, maxLogValue)),
 		slog.String("result", result),
 		slog.Int("status", res.status),
-		slog.String("reason", res.msg),
+		slog.String("reason", clip(res.msg, maxLogReason)),
+	}
+	if res.err != nil {
+		attrs = append(attrs, slog.String("error", clip(res.err.Error(), maxLogReason)))
 	}
 	if res.status == http.StatusOK {
 		attrs = append(attrs, holderAttrs("removed", res.removed))
@@ -193,7 +224,7 @@ func (h *handler) audit(r *http.Request, req unlockRequest, res unlockResult) un
 
 func holderAttrs(key string, i dlock.LockInfo) slog.Attr {
 	return slog.Group(key,
-		slog.String("owner", i.Owner),
+		slog.String("owner", clip(i.Owner, maxLogValue)),
 		slog.Int64("fence", i.Fence),
 		slog.String("token_prefix", i.TokenPrefix()),
 		slog.Int64("waiters", i.Waiters),
@@ -204,11 +235,11 @@ func holderAttrs(key string, i dlock.LockInfo) slog.Attr {
 // elsewhere tried to act through an operator's browser.
 func (h *handler) crossOrigin(w http.ResponseWriter, r *http.Request) {
 	h.cfg.log.LogAttrs(context.WithoutCancel(r.Context()), slog.LevelWarn, "dlockadmin: cross-origin request refused",
-		slog.String("remote", r.RemoteAddr),
-		slog.String("method", r.Method),
-		slog.String("path", r.URL.Path),
-		slog.String("origin", r.Header.Get("Origin")),
-		slog.String("sec_fetch_site", r.Header.Get("Sec-Fetch-Site")),
+		slog.String("remote", clip(r.RemoteAddr, maxLogValue)),
+		slog.String("method", clip(r.Method, maxLogValue)),
+		slog.String("path", clip(r.URL.Path, maxLogValue)),
+		slog.String("origin", clip(r.Header.Get("Origin"), maxLogValue)),
+		slog.String("sec_fetch_site", clip(r.Header.Get("Sec-Fetch-Site"), maxLogValue)),
 	)
 	writeError(w, http.StatusForbidden, "cross-origin request refused: force unlock only from the admin page itself or a non-browser client")
 }

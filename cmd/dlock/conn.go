@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -46,10 +47,33 @@ type connFlags struct {
 	// password as resolved by options, so that demo can hand a password
 	// typed at --ask-pass to its workers through their environment.
 	password string
+	warned   bool // warnURLPassword has spoken
+}
+
+// warnURLPassword warns, once per process, that a password in -u/--url shows
+// in ps and the shell's history. A warning and not a refusal, as redis-cli
+// does for -u: scripts that pass redis://:pw@host today keep working, and
+// hear how to stop exposing it; -a, which redis-cli also takes, was never
+// accepted, so refusing it broke nobody. The password itself is not
+// repeated.
+func (f *connFlags) warnURLPassword(w io.Writer) {
+	if f.warned || !strings.Contains(f.url, "@") {
+		return
+	}
+	u, err := url.Parse(f.url)
+	if err != nil || u.User == nil {
+		return
+	}
+	if _, has := u.User.Password(); !has {
+		return
+	}
+	f.warned = true
+	fmt.Fprintln(w, "dlock: warning: the password in --url shows in ps and the shell's history; "+
+		"put the URL in $DLOCK_URL, or the password in $DLOCK_PASSWORD, instead")
 }
 
 func (f *connFlags) register(fs *pflag.FlagSet) {
-	fs.StringVarP(&f.url, "url", "u", "", "Redis URL, redis:// or rediss://, or host[:port] (default $DLOCK_URL, then $REDIS_URL)")
+	fs.StringVarP(&f.url, "url", "u", "", "Redis URL, redis:// or rediss://, or host[:port] (default $DLOCK_URL, then $REDIS_URL); a password in it shows in ps: keep that one in $DLOCK_URL")
 	fs.StringVarP(&f.host, "host", "h", "", "Redis host, as redis-cli -h (default 127.0.0.1; help is --help)")
 	fs.IntVarP(&f.port, "port", "p", 0, "Redis port, as redis-cli -p (default 6379)")
 	fs.Var(&f.db, "db", "Redis database number (as redis-cli -n; also the /N of a URL)")
@@ -336,6 +360,7 @@ func (a *app) redis() (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.conn.warnURLPassword(a.stderr)
 	rdb := redis.NewUniversalClient(o)
 	if o.TLSConfig == nil && o.Dialer == nil && len(o.Addrs) == 1 && o.MasterName == "" && !o.IsClusterMode {
 		rdb.AddHook(newTLSHintHook(o.Addrs[0], a.conn.timeout))

@@ -127,6 +127,7 @@ func (a *app) doctor(ctx context.Context, o doctorOptions) error {
 	if err != nil {
 		return err
 	}
+	a.conn.warnURLPassword(a.stderr)
 	rdb := redis.NewUniversalClient(uo)
 	defer rdb.Close()
 	// Not a PING through a ClusterClient: it may pick a dead primary, which

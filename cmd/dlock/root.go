@@ -78,6 +78,8 @@ Connection (like redis-cli):
   Without any, 127.0.0.1:6379. No -a: the password is never a flag (ps and
   shell history would show it); it is read from $DLOCK_PASSWORD, then
   $REDISCLI_AUTH (as redis-cli), or asked on the terminal with --ask-pass.
+  A password in -u/--url works but shows in ps too: dlock warns; keep such a
+  URL in $DLOCK_URL.
 
 ` + exitCodesHelp
 

@@ -29,6 +29,7 @@ type runOptions struct {
 	skip      bool          // --skip-waiting-writers
 	permits   int           // --permits: one of n permits (a semaphore); 0 for the exclusive lock
 	quiet     bool          // -q: nothing printed when the lock is busy
+	passEnv   []string      // --pass-env: secrets COMMAND gets all the same (childenv.go)
 }
 
 // acquireOptions are the options of the lock run takes.
@@ -62,9 +63,16 @@ arguments, flags included, as with flock: dlock run job cp -n a b runs
 "cp -n a b". A "--" right after NAME (or, with -N, before COMMAND) is
 optional and dropped; a later "--" is COMMAND's.
 
-COMMAND finds the lock in its environment: DLOCK_NAME, DLOCK_FENCE (the
+COMMAND finds the lock in its environment: DLOCK_NAME and DLOCK_FENCE (the
 fencing token: pass it to what you write, and have the writes with a smaller
-one refused) and DLOCK_TOKEN (a secret: do not log it).
+one refused).
+
+COMMAND does not get dlock's credentials: DLOCK_PASSWORD, REDISCLI_AUTH and
+DLOCK_ADMIN_TOKEN are removed from its environment, and DLOCK_URL and
+REDIS_URL lose their password (they still name the server). Nor does it get
+the lock's token, with which anyone can release the lock. --pass-env NAME,
+repeated, gives it those it needs: --pass-env DLOCK_PASSWORD for a COMMAND
+that runs dlock itself, --pass-env DLOCK_TOKEN to export the token.
 
 A busy lock exits 1 (-E sets another code) with a message naming the
 holder; -q/--quiet prints nothing then (errors still print), so that cron,
@@ -161,6 +169,7 @@ func newRunCmd(a *app) *cobra.Command {
 	// cannot eat COMMAND's arguments.
 	fs.StringArrayVarP(&o.names, "name", "N", nil, "a lock to take; repeat for several, taken all or nothing (no NAME before COMMAND then)")
 	fs.IntVar(&o.permits, "permits", 0, "take one of N permits of NAME (a semaphore, as consul lock -n): at most N commands run at once")
+	fs.StringArrayVar(&o.passEnv, "pass-env", nil, "give COMMAND this variable run withholds (DLOCK_PASSWORD, REDISCLI_AUTH, DLOCK_ADMIN_TOKEN, DLOCK_URL, REDIS_URL with their password, DLOCK_TOKEN); repeatable")
 	return cmd
 }
 
@@ -243,6 +252,9 @@ func (a *app) run(ctx context.Context, o runOptions, names []string, argv []stri
 	case o.permits < 0 || o.permits > dlock.MaxPermits:
 		return usagef("--permits %d is not within 1..%d", o.permits, dlock.MaxPermits)
 	}
+	if err := checkPassEnv(o.passEnv); err != nil {
+		return err
+	}
 	owner := o.owner
 	if owner == "" {
 		host, _ := os.Hostname()
@@ -270,7 +282,7 @@ func (a *app) run(ctx context.Context, o runOptions, names []string, argv []stri
 	if err != nil {
 		return err
 	}
-	return a.supervise(lock, argv, o.killGrace, sigs)
+	return a.supervise(lock, argv, o.killGrace, sigs, o.passEnv)
 }
 
 // acquire takes the lock, or all of names, giving up when a signal arrives

@@ -25,6 +25,27 @@ import (
 // the token in ps and shell history.
 const adminTokenEnv = "DLOCK_ADMIN_TOKEN"
 
+// Bounds of serve's connections. Without them a client holds a connection,
+// and its goroutine and buffers, for as long as it likes: by sending nothing
+// on a keep-alive, or its body a byte at a time.
+const (
+	serveReadHeaderTimeout = 5 * time.Second
+	// serveReadTimeout covers headers and body; an unlock's body is a few
+	// fields, at most 16 KB.
+	serveReadTimeout = 10 * time.Second
+	// serveWriteTimeout is above the longest a handler works: a listing
+	// is bounded by 10 s (dlockadmin.DefaultTimeout), a scrape's fleet
+	// listing by 3 s.
+	serveWriteTimeout = 30 * time.Second
+	// serveIdleTimeout is above the page's 10 s refresh, so that an open
+	// page reuses its connection.
+	serveIdleTimeout = 15 * time.Second
+	// serveMaxHeaderBytes fits a URL with a lock name at its longest
+	// (512 bytes, three times that escaped) many times over; Go's default,
+	// 1 MB, let one request write a 1 MB name into the audit log.
+	serveMaxHeaderBytes = 64 << 10
+)
+
 func newServeCmd(a *app) *cobra.Command {
 	var listen, title string
 	cmd := &cobra.Command{
@@ -37,6 +58,12 @@ Prometheus format, and /healthz and /readyz.
 The view is read-only unless $` + adminTokenEnv + ` is set: then each lock can be
 force-unlocked by a POST that carries that token (as a bearer token, or in
 the page's form). Force unlock breaks mutual exclusion if the holder is alive.
+
+The token must be at least 16 bytes (make one with openssl rand -hex 32);
+wrong tokens from one address are answered 429 after 5, then allowed one a
+second. Answers never say why Redis failed (that goes to stderr), logged
+values are cut at 512 bytes, and connections are bounded: headers 5s, a
+whole request 10s, an answer 30s, an idle keep-alive 15s, headers 64 KB.
 
 It listens on loopback by default; put it behind your own authentication
 before you listen on anything else. It exits 3 when it cannot listen on
@@ -52,6 +79,13 @@ before you listen on anything else. It exits 3 when it cannot listen on
 }
 
 func (a *app) serve(ctx context.Context, listen, title string) error {
+	tok := a.getenv(adminTokenEnv)
+	if tok != "" && len(tok) < dlockadmin.MinAdminTokenLength {
+		// Before anything connects or listens. Its length only: the
+		// message may be pasted into a ticket.
+		return usagef("$%s is %d bytes long: the admin token must be at least %d bytes, as it is all that stands between "+
+			"whoever reaches serve and breaking any lock; make one with: openssl rand -hex 32", adminTokenEnv, len(tok), dlockadmin.MinAdminTokenLength)
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -78,7 +112,7 @@ func (a *app) serve(ctx context.Context, listen, title string) error {
 		dlockadmin.WithLogger(slog.New(slog.NewTextHandler(a.stderr, nil))),
 		dlockadmin.WithReadOnlyHint("set " + adminTokenEnv + " in the environment of dlock serve and restart it"),
 	}
-	if tok := a.getenv(adminTokenEnv); tok != "" {
+	if tok != "" {
 		opts = append(opts, dlockadmin.WithForceUnlock(tok))
 	}
 	mux, err := dlockadmin.NewServeMux(c, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), opts...)
@@ -90,9 +124,16 @@ func (a *app) serve(ctx context.Context, listen, title string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: serveReadHeaderTimeout,
+		ReadTimeout:       serveReadTimeout,
+		WriteTimeout:      serveWriteTimeout,
+		IdleTimeout:       serveIdleTimeout,
+		MaxHeaderBytes:    serveMaxHeaderBytes,
+	}
 	unlock := "disabled (set " + adminTokenEnv + " to enable)"
-	if a.getenv(adminTokenEnv) != "" {
+	if tok != "" {
 		unlock = "enabled"
 	}
 	fmt.Fprintf(a.stderr, "dlock: admin view on http://%s/ (metrics at /metrics); force unlock %s\n", ln.Addr(), unlock)

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -35,24 +34,14 @@ func catchSIGPIPE() func() {
 
 // supervise runs the command while lock is held and returns what run exits
 // with: nil or the command's code, or a lost-lock error.
-func (a *app) supervise(lock dlock.Lock, argv []string, grace time.Duration, sigs <-chan os.Signal) error {
+func (a *app) supervise(lock dlock.Lock, argv []string, grace time.Duration, sigs <-chan os.Signal, pass []string) error {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	if a.stdin != nil { // a nil *os.File in an interface is not "no input"
 		cmd.Stdin = a.stdin
 	}
 	cmd.Stdout, cmd.Stderr = a.stdout, a.stderr
-	// Appended last, these win over values inherited from an outer dlock run.
-	cmd.Env = append(a.environ(),
-		"DLOCK_NAME="+lock.Name(),
-		"DLOCK_FENCE="+strconv.FormatInt(lock.Fence(), 10),
-		"DLOCK_TOKEN="+lock.Token())
-	if m, ok := lock.(*dlock.MultiLock); ok {
-		fences := make([]string, 0, len(m.Fences()))
-		for _, f := range m.Fences() {
-			fences = append(fences, strconv.FormatInt(f, 10))
-		}
-		cmd.Env = append(cmd.Env, "DLOCK_FENCES="+strings.Join(fences, ","))
-	}
+	// Without dlock's credentials: see childenv.go.
+	cmd.Env = childEnv(a.environ(), lock, pass)
 	cmd.SysProcAttr = childAttr(syscall.SIGTERM)
 	// Should dlock die without stopping COMMAND, the watchdog stops its
 	// group (see watchdog.go). Without one, only the parent-death signal

@@ -271,6 +271,7 @@ func (a *app) tortureTarget(ctx context.Context, cmd *cobra.Command, prefix stri
 	if err != nil {
 		return nil, err
 	}
+	a.conn.warnURLPassword(a.stderr)
 	switch {
 	case a.conn.cluster || a.conn.masterName != "" || len(o.Addrs) != 1:
 		return nil, usagef("dlock torture runs against one Redis server; Sentinel and Cluster, failovers included, are run by `make torture` in dlock's repository, not by this command")
