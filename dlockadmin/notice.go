@@ -72,11 +72,13 @@ func (s *noticeStore) get(id string, now time.Time) (notice, bool) {
 }
 
 // The notices of the refusals anyone can cause, before the admin token was
-// accepted: fixed texts under fixed ids, never stored.
+// accepted (missing, wrong, read-only, too many guesses): fixed texts under
+// fixed ids, never stored.
 var fixedNotices = map[string]notice{
 	"token-missing": {Msg: "force unlock needs the admin token: type it into the token field"},
 	"token-refused": {Msg: "wrong admin token", TokenRefused: true},
 	"read-only":     {Msg: "force unlock is disabled: this admin view is read-only"},
+	"rate-limited":  {Msg: "too many wrong admin tokens from this address: wait a few seconds and try again"},
 }
 
 // fixedNoticeID returns the fixed id of res when it is a refusal before
@@ -85,6 +87,8 @@ func fixedNoticeID(req unlockRequest, res unlockResult) (string, bool) {
 	switch {
 	case res.status == http.StatusForbidden:
 		return "read-only", true
+	case res.status == http.StatusTooManyRequests:
+		return "rate-limited", true
 	case res.status == http.StatusUnauthorized && req.token == "":
 		return "token-missing", true
 	case res.status == http.StatusUnauthorized:
