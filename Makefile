@@ -76,7 +76,7 @@ gotest:
 bench: deps
 	cd bench && $(GO) run .
 
-# The full torture profile (about 12 minutes on 2 cores): every scenario for
+# The full torture profile (about 15 minutes on 2 cores): every scenario for
 # about a minute, without the race detector, and the README's safety table
 # regenerated from its output (between the torture markers).
 torture: deps
