@@ -21,7 +21,8 @@ import (
 // and fails with an *dlock.Error of Op "acquire": wrapping a
 // *dlock.NotObtainedError (matching dlock.ErrNotObtained; its HolderTTL is
 // the longest lease the busy nodes reported) when the lock is held
-// elsewhere, matching ErrNoQuorum when nodes failed. It returns as soon as a
+// elsewhere and the nodes that failed leave a quorum reachable, matching
+// ErrNoQuorum when failed nodes make a quorum impossible. It returns as soon as a
 // quorum is reached or out of reach, without waiting for slow nodes, and
 // when ctx ends.
 //
@@ -273,11 +274,15 @@ func (t *tally) add(rep reply) {
 // of reach, it is for nothing.
 func (t *tally) decided() bool { return t.got >= t.quorum || t.failed > t.nodes-t.quorum }
 
-// failure is the error of an attempt without a quorum: busy when the nodes
-// that did not grant were busy enough to explain it, else ErrNoQuorum with
-// the nodes' errors.
+// failure is the error of an attempt without a quorum: busy when a node was
+// busy and the nodes' errors still leave a quorum reachable (the nodes not
+// heard from count as reachable), so that Acquire waits for the holder;
+// else ErrNoQuorum with the nodes' errors. Counting only the replies in
+// when the verdict fell reported a busy lock as ErrNoQuorum: with an even
+// N the first busy reply decides, before the other busy ones are in; with a
+// node down, its error often comes first.
 func (t *tally) failure(name string, left time.Duration) error {
-	if t.busy > 0 && t.got+t.busy >= t.quorum {
+	if errs := t.failed - t.busy; t.busy > 0 && t.nodes-errs >= t.quorum {
 		return opError("acquire", name, dlock.NewNotObtainedError(name, t.holder, nil))
 	}
 	err := fmt.Errorf("%w: %d of %d nodes granted the lock, %d needed (validity left %v)",
