@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -249,12 +250,14 @@ type reply struct {
 type tally struct {
 	nodes, quorum     int
 	fences            []int64 // per node, 0 where not granted
+	heard             []bool  // per node: its reply is in
 	got, busy, failed int     // busy replies count as failed too
 	holder            time.Duration
 	errs              []error
 }
 
 func (t *tally) add(rep reply) {
+	t.heard[rep.i] = true
 	switch {
 	case rep.err != nil:
 		t.failed++
@@ -324,7 +327,7 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 		}
 	}
 
-	t := tally{nodes: len(r.nodes), quorum: r.quorum, fences: make([]int64, len(r.nodes))}
+	t := tally{nodes: len(r.nodes), quorum: r.quorum, fences: make([]int64, len(r.nodes)), heard: make([]bool, len(r.nodes))}
 	pending := len(r.nodes)
 	var ctxErr error
 	for pending > 0 && !t.decided() && ctxErr == nil {
@@ -386,6 +389,18 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 		return l, 0, nil
 	}
 	r.withdrawAll(ctx, k, token, t.fences, s.TTL)
+	// A node not heard from may have granted with its reply still out
+	// (or lost): the token is given up there now, not when the reply
+	// comes, which may be seconds later (a node that stalls after the
+	// script ran, a client that waits for its ReadTimeout); an attempt
+	// still on the way then grants nothing. In the background: the
+	// verdict does not wait for slow nodes.
+	// (TestFailedAcquireFreesUnheardGrant.)
+	for i, heard := range t.heard {
+		if !heard {
+			r.giveBack(ctx, i, k, token, s.TTL)
+		}
+	}
 	switch {
 	case r.closing.Err() != nil:
 		return nil, t.holder, opError("acquire", name, dlock.ErrClosed) // Close cancelled the attempts
@@ -490,8 +505,67 @@ const releaseRecordTTL = 30 * time.Second
 func (r *Redlock) withdraw(ctx context.Context, i int, k node.Keys, token string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.releaseTimeout)
 	defer cancel()
-	return node.Release(k, token, node.ReleaseArgs{Record: releaseRecordTTL, GiveUp: true,
-		Sharded: r.nodes[i].sharded, FenceLifetime: r.cfg.fenceLifetime}).Run(rctx, r.nodes[i].rdb).Err()
+	_, err := r.release(rctx, i, k, token, true)
+	return err
+}
+
+// release runs the release script for token on node i, on ctx; giveUp also
+// marks the token given up there (see node.ReleaseArgs). The reply is the
+// script's: 1 released now, 2 released before (or, with giveUp, nothing
+// there), 0 not ours.
+func (r *Redlock) release(ctx context.Context, i int, k node.Keys, token string, giveUp bool) (int64, error) {
+	return node.Release(k, token, node.ReleaseArgs{Record: releaseRecordTTL, GiveUp: giveUp,
+		Sharded: r.nodes[i].sharded, FenceLifetime: r.cfg.fenceLifetime}).Run(ctx, r.nodes[i].rdb).Int64()
+}
+
+// all lists every node's index.
+func (r *Redlock) all() []int {
+	nodes := make([]int, len(r.nodes))
+	for i := range nodes {
+		nodes[i] = i
+	}
+	return nodes
+}
+
+// nodeReply is one node's integer reply to a call of fanOut.
+type nodeReply struct {
+	i   int
+	res int64
+	err error
+}
+
+// fanOut runs call on every node in nodes at once, on ctx, and returns the
+// replies as they come, in a channel with room for all of them, so that the
+// caller may stop reading at its verdict and leave the rest to finish. The
+// calls run on goroutines of the Redlock, which Close waits for; cancel
+// (ctx's) is called once they have all returned, so ctx must bound them.
+// Once Close has begun they run on goroutines of the caller's, which must
+// then call wait before it returns: nothing outlives Close.
+func (r *Redlock) fanOut(ctx context.Context, cancel context.CancelFunc, nodes []int,
+	call func(ctx context.Context, i int) (int64, error)) (replies <-chan nodeReply, wait func()) {
+	out := make(chan nodeReply, len(nodes))
+	if len(nodes) == 0 {
+		cancel()
+		return out, func() {}
+	}
+	var (
+		left  atomic.Int64
+		local sync.WaitGroup
+	)
+	left.Store(int64(len(nodes)))
+	for _, i := range nodes {
+		run := func() {
+			res, err := call(ctx, i)
+			out <- nodeReply{i, res, err}
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		}
+		if !r.start(run) {
+			local.Go(run)
+		}
+	}
+	return out, local.Wait
 }
 
 func isBusy(err error) bool {

@@ -344,34 +344,60 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	return err
 }
 
-// releaseNodes runs the release script on every node in fences at once and
-// returns on how many the lock was released (now, or by an earlier send of
-// the same release) and the nodes' errors.
+// releaseNodes releases the lock by token on every node at once, and
+// returns once a quorum released it, or can no longer release it, with on
+// how many nodes it was released (now, or by an earlier send of the same
+// release) and the nodes' errors so far. The other nodes are left to the
+// background, on a context that keeps ctx's deadline (the release timeout)
+// but not its cancellation: waiting for the slowest node made Release take
+// as long as the release timeout with one node stopped, while the lock was
+// free on the others. (TestReleaseReturnsOnQuorum.)
+//
+// A node that has not granted as far as we know (fence 0) is released too,
+// by giving the token up there: its grant may have been made with the reply
+// still out or lost, and an attempt still on the way then grants nothing.
+// (TestReleaseFreesUnheardGrant.) Only its reply 1, a grant released now,
+// counts: a give-up answers 2 where it found nothing.
 func (l *Lock) releaseNodes(ctx context.Context, fences []int64) (int, []error) {
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		n    int
-		errs []error
-	)
-	for i, f := range fences {
-		if f == 0 {
-			continue
-		}
-		wg.Go(func() {
-			res, err := node.Release(l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL,
-				Sharded: l.r.nodes[i].sharded, FenceLifetime: l.r.cfg.fenceLifetime}).Run(ctx, l.r.nodes[i].rdb).Int64()
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				errs = append(errs, fmt.Errorf("node %d: %w", i, redisError(err)))
-			case res == 1 || res == 2: // 2: released by an earlier send of this release
-				n++
-			}
-		})
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(l.r.cfg.releaseTimeout)
 	}
-	wg.Wait()
+	bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	replies, wait := l.r.fanOut(bctx, cancel, l.r.all(), func(ctx context.Context, i int) (int64, error) {
+		if fences[i] == 0 {
+			return l.r.release(ctx, i, l.keys, l.token, true)
+		}
+		res, err := l.r.release(ctx, i, l.keys, l.token, false)
+		if err == nil && res == 0 {
+			// Not ours there (expired, or the node restarted empty):
+			// give the token up, so that a renewal's re-take of the
+			// node still on the way takes nothing, or is released.
+			_, _ = l.r.release(ctx, i, l.keys, l.token, true)
+		}
+		return res, err
+	})
+	defer wait()
+	var (
+		n, failed int
+		errs      []error
+	)
+	nodes := len(l.r.nodes)
+	for range nodes {
+		rep := <-replies
+		switch {
+		case rep.err != nil:
+			failed++
+			errs = append(errs, fmt.Errorf("node %d: %w", rep.i, redisError(rep.err)))
+		case rep.res == 1 || rep.res == 2 && fences[rep.i] != 0: // 2: released by an earlier send of this release
+			n++
+		default:
+			failed++
+		}
+		if n >= l.r.quorum || failed > nodes-l.r.quorum {
+			break
+		}
+	}
 	return n, errs
 }
 
