@@ -527,6 +527,21 @@ func (r *Redlock) all() []int {
 	return nodes
 }
 
+// bounded returns a context with ctx's values and deadline, but not its
+// cancellation, ending at until and at Close: for calls that go on after
+// their caller stopped listening (the nodes not heard from at a verdict).
+func (r *Redlock) bounded(ctx context.Context, until time.Time) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && d.Before(until) {
+		until = d
+	}
+	bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
+	stop := context.AfterFunc(r.closing, cancel)
+	return bctx, func() {
+		stop()
+		cancel()
+	}
+}
+
 // nodeReply is one node's integer reply to a call of fanOut.
 type nodeReply struct {
 	i   int

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ type Lock struct {
 	token string
 	start time.Time // send time of the acquisition, for held times
 	renew bool      // renewed in the background: no WithoutRenewal
+	owner string    // stored with the lock on every node
 	fence int64     // Fence: the largest node fence, raised on a quorum
 
 	ctx    context.Context // ended when the lock ends; carries the acquirer's values
@@ -61,7 +63,7 @@ const (
 
 func (r *Redlock) newLock(ctx context.Context, name string, k node.Keys, token string, s dlock.AcquireSettings,
 	start, valid time.Time, fences []int64, fence int64) *Lock {
-	l := &Lock{r: r, name: name, keys: k, token: token, start: start, renew: s.Renew, fence: fence,
+	l := &Lock{r: r, name: name, keys: k, token: token, start: start, renew: s.Renew, fence: fence, owner: cmp.Or(s.Owner, r.cfg.owner),
 		stop: make(chan struct{}), done: make(chan struct{}), fences: fences, valid: valid, ttl: s.TTL}
 	// The caller's values (trace ids), not its cancellation: the lock lives
 	// until it is released or lost. It carries the lock itself, so that
@@ -168,8 +170,21 @@ const (
 	ended                   // the lock had ended already
 )
 
-// refresh runs the refresh script on every node of the lock. setTTL makes
-// ttl the one later renewals ask for (a Refresh, not a renewal).
+// refresh runs the refresh script on every node of the lock at once, and
+// returns as soon as a quorum confirmed, or can no longer confirm: one
+// stalled node kept every renewal waiting until the validity's end, and the
+// lock was lost with two nodes of three answering. (TestStalledNodeKeepsLock.)
+// The nodes not heard from go on in the background, bounded by the
+// validity they would confirm and by Close. setTTL makes ttl the one later
+// renewals ask for (a Refresh, not a renewal).
+//
+// Once a quorum confirmed, the nodes that no longer hold the lock (restarted
+// empty, or never granted) are taken again where the lock is free
+// (retake): extend-or-lock, as redsync does, so that a quorum does not
+// erode one restart at a time. Only nodes that held the lock all along
+// count towards the quorum: a node taken again restores redundancy, it
+// never makes a quorum, which would revive a lock whose lease ended
+// somewhere between renewals (or undo a forced unlock).
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (outcome, error) {
 	l.mu.Lock()
 	st, fences := l.state, slices.Clone(l.fences)
@@ -178,49 +193,51 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 		return ended, opError("refresh", l.name, dlock.ErrNotHeld)
 	}
 	start := time.Now()
+	var asked, retake []int
+	for i, f := range fences {
+		if f != 0 {
+			asked = append(asked, i)
+		} else {
+			retake = append(retake, i)
+		}
+	}
+	// Straight to each node: the quorum's validity decides, not any
+	// node's own lease.
+	bctx, cancel := l.r.bounded(ctx, start.Add(ttl-margin(ttl)))
+	replies, wait := l.r.fanOut(bctx, cancel, asked, func(ctx context.Context, i int) (int64, error) {
+		res, err := node.Refresh(l.keys, l.token, ttl).Run(ctx, l.r.nodes[i].rdb).Int64()
+		return res, redisError(err)
+	})
+	defer wait()
 	var (
-		wg        sync.WaitGroup
-		mu        sync.Mutex
 		ok, lacks int
 		errs      []error
+		ctxErr    error
 	)
-	for i, f := range fences {
-		if f == 0 {
-			continue
-		}
-		wg.Go(func() {
-			// Straight to each node: the quorum's validity decides, not
-			// any node's own lease.
-			res, err := node.Refresh(l.keys, l.token, ttl).Run(ctx, l.r.nodes[i].rdb).Int64()
-			mu.Lock()
-			defer mu.Unlock()
+	for pending := len(asked); pending > 0 && ok < l.r.quorum && ok+pending >= l.r.quorum && ctxErr == nil; {
+		select {
+		case rep := <-replies:
+			pending--
 			switch {
-			case err != nil:
-				errs = append(errs, fmt.Errorf("node %d: %w", i, redisError(err)))
-			case res == 1:
+			case rep.err != nil:
+				errs = append(errs, fmt.Errorf("node %d: %w", rep.i, rep.err))
+			case rep.res == 1:
 				ok++
 			default:
 				lacks++
+				retake = append(retake, rep.i)
 			}
-		})
+		case <-ctx.Done():
+			ctxErr = ctx.Err()
+		}
 	}
-	wg.Wait()
 	n := len(l.r.nodes)
 	if ok >= l.r.quorum && time.Since(start) < ttl-margin(ttl) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.state != held {
-			// Ended while the refresh was out: a late confirmation does
-			// not revive it.
-			return ended, opError("refresh", l.name, fmt.Errorf("%w: %w", dlock.ErrNotHeld, context.Cause(l.ctx)))
+		if err := l.extend(start, ttl, setTTL); err != nil {
+			return ended, err
 		}
-		if setTTL {
-			l.ttl = ttl
-		}
-		// Node leases are never shortened (a renewal and a Refresh that
-		// cross keep the longer), so the validity only moves forward.
-		if v := start.Add(ttl - margin(ttl)); v.After(l.valid) {
-			l.valid = v
+		for _, i := range retake {
+			l.r.start(func() { l.retake(ctx, i, ttl, start.Add(ttl-margin(ttl))) })
 		}
 		return extended, nil
 	}
@@ -234,10 +251,68 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 		return gone, err
 	}
 	err := fmt.Errorf("%w: %d of %d nodes confirmed", ErrNoQuorum, ok, n)
+	if ctxErr != nil {
+		err = fmt.Errorf("%w: %w", err, ctxErr)
+	}
 	if len(errs) > 0 {
 		err = fmt.Errorf("%w: %w", err, errors.Join(errs...))
 	}
 	return failed, opError("refresh", l.name, err)
+}
+
+// extend moves the validity after a quorum confirmed a refresh sent at
+// start, unless the lock ended meanwhile: a late confirmation does not
+// revive it.
+func (l *Lock) extend(start time.Time, ttl time.Duration, setTTL bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held {
+		return opError("refresh", l.name, fmt.Errorf("%w: %w", dlock.ErrNotHeld, context.Cause(l.ctx)))
+	}
+	if setTTL {
+		l.ttl = ttl
+	}
+	// Node leases are never shortened (a renewal and a Refresh that cross
+	// keep the longer), so the validity only moves forward.
+	if v := start.Add(ttl - margin(ttl)); v.After(l.valid) {
+		l.valid = v
+	}
+	return nil
+}
+
+// retake takes the lock again on node i, which no longer holds it for us,
+// if it is free there: the acquire script with the lock's token extends a
+// lock that is ours and grants a free one, with a new fence from the
+// node's counter. The new fence joins Fences (a node restarted empty hands
+// out fences from its clock, above those it handed out before, as long as
+// its clock did not go back), and the node's fence counter is raised to the
+// lock's Fence, which a restart had taken from it, so that the next holder
+// gets a larger Fence there too. A grant that comes after the lock ended
+// is given back.
+func (l *Lock) retake(ctx context.Context, i int, ttl time.Duration, until time.Time) {
+	rctx, cancel := l.r.bounded(ctx, until)
+	defer cancel()
+	// Not Redlock.attempt, which gives the token up on a node whose reply
+	// was lost: that would refuse every later re-take there (a dead node
+	// fails every one). A grant whose reply was lost is ours and harms
+	// nobody: Release and a loss give the token up on every node.
+	res, err := node.Acquire(l.keys, l.token, node.AcquireArgs{TTL: ttl, Owner: l.owner,
+		FenceLifetime: l.r.cfg.fenceLifetime}).Run(rctx, l.r.nodes[i].rdb).Slice()
+	if err != nil {
+		return // unreachable: the next renewal tries again
+	}
+	g, err := node.ParseGrant(res)
+	if err != nil || !g.OK {
+		return // held by another there, or our token was given up there
+	}
+	if !l.join(i, g.Fence) {
+		l.r.giveBack(ctx, i, l.keys, l.token, ttl)
+		return
+	}
+	if g.Fence < l.fence {
+		_ = raiseScript.Run(rctx, l.r.nodes[i].rdb, []string{l.keys.Lock, l.keys.Fence}, l.token,
+			l.fence, l.r.cfg.fenceLifetime.Milliseconds()).Err()
+	}
 }
 
 // renewOnce is one background renewal, on a goroutine of its own: it tells
@@ -457,9 +532,16 @@ func (l *Lock) lost(reason dlock.Reason, cause error) {
 		o.OnLost(dlock.LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), Cause: cause})
 	}
 	l.cancel(cause)
-	// A lost lock is no longer the Redlock's to release at Close; its keys
-	// expire with their leases (or its holder's Release frees them).
+	// A lost lock is no longer the Redlock's to release at Close. What it
+	// still holds is given up on every node, after the context ended, in
+	// the background: left to expire, the keys on the nodes that answered
+	// the last renewal blocked the next holder for up to a TTL.
+	// (TestLossReleasesWhatIsHeld.)
 	l.r.untrack(l)
+	ttl, _ := l.lease()
+	for i := range l.r.nodes {
+		l.r.giveBack(l.ctx, i, l.keys, l.token, ttl)
+	}
 }
 
 // ended reports whether the lock was released or lost.
