@@ -25,10 +25,38 @@
 // with the other. The keys and scripts on each node are the core's
 // (internal/node), under the same prefix.
 //
-// A Lock is renewed on all its nodes at a third of its TTL. Its context
-// ends when no renewal reached a quorum before the validity ran out, or a
-// majority of the nodes no longer hold it. Waiting polls with jittered
-// backoff: Redlock does not join the core's waiter queues.
+// A lock held elsewhere is reported busy (dlock.ErrNotObtained), and
+// Acquire keeps waiting, whenever the nodes that failed leave a quorum
+// reachable; ErrNoQuorum only when failed nodes make a quorum impossible.
+// Waiting polls with jittered backoff: Redlock does not join the core's
+// waiter queues.
+//
+// # Renewal
+//
+// A Lock is renewed on all its nodes at a third of its TTL. A renewal (or
+// Refresh) succeeds as soon as a quorum confirmed, so a stalled node does
+// not hold it up; the others answer in the background. After a failure the
+// next try comes soon, with backoff (a thirtieth of the TTL, doubling, at
+// most a tenth), not a third of the TTL later. Once a quorum confirmed, a
+// node that no longer holds the lock (restarted empty, or that never
+// granted it) is taken again where the lock is free there
+// (extend-or-lock, as redsync does), with a new fence, which replaces that
+// node's in Fences, and Fence written back into its counter: a quorum does
+// not erode one restart at a time. Such a node never counts towards the
+// quorum that keeps the lock: only nodes that held it all along do. The
+// context ends when no renewal reached a quorum before the validity ran
+// out, or a majority of the nodes no longer hold it; the token is then
+// given up on every node, in the background.
+//
+// # Release
+//
+// Release (and Close) releases by token on every node, not only on those
+// whose grant was heard of: a grant whose reply was lost or is still on the
+// way is freed too, and a late attempt grants nothing. It returns once a
+// quorum released, leaving slower nodes to the background, within the
+// release timeout; Close waits for them. An acquisition that fails gives
+// its token up the same way on the nodes that granted and on those not
+// heard from.
 //
 // # The deadline
 //
@@ -66,17 +94,20 @@
 // # Goroutines
 //
 // Every goroutine a Redlock starts (attempts still out after the verdict,
-// each lock's watch and renewals, grants being given back) belongs to it:
-// Close releases what is held, ends every Lock's context and waits for them
-// all.
+// each lock's watch, renewals and re-takes, the nodes a release or renewal
+// left to the background, grants being given back) belongs to it, and each
+// is bounded by a validity or the release timeout: Close releases what is
+// held, ends every Lock's context and waits for them all.
 //
 // # Limits
 //
 // Redlock is a trade-off, not a cure. It assumes bounded clock drift and
 // process pauses like any lease. A node restarted empty forgets the locks it
-// held: while the rest of a quorum holds, no second holder gets in, but run
-// nodes with persistence, or restart them only after the longest TTL, to
-// keep that margin. Lock has
+// held: while the rest of a quorum holds, no second holder gets in, and a
+// renewal takes the lock there again; but restarting a quorum of nodes
+// within one renewal period lets a second holder in. Run nodes with
+// persistence, or restart them only after the longest TTL, to keep that
+// margin. Lock has
 // no hold limit (WithMaxHold is refused), and WithReplicas does not apply to
 // independent primaries (refused too); nor are read locks (Shared).
 package redlock

@@ -95,6 +95,13 @@ func (l *Lock) Token() string { return l.token }
 // when no node's fence is the largest seen is not enough: a stale holder can
 // still be the largest on a node the later holder did not take. Fence is
 // the one-number alternative.
+//
+// A renewal that takes the lock again on a node that lost it (restarted
+// empty) replaces that node's fence with the new one it handed out, from a
+// counter that restarted from the node's clock: larger, unless that clock
+// went back. So the holder's later writes carry a larger fence there; a
+// write carrying Fences taken before the re-take is refused once one taken
+// after it was admitted (safe, and why Fences are taken with each write).
 func (l *Lock) Fences() []int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -110,16 +117,19 @@ func (l *Lock) Fences() []int64 {
 // are not comparable: each node's counter is seeded by its clock, and the
 // largest alone goes back when the node that gave it runs ahead and is not
 // in the next quorum.) A resource that refuses a Fence smaller than the
-// largest it has seen is safe from stale holders, as with a Client. Like a
-// lock, a fence written to a node is forgotten when the node restarts empty
-// (its counter then starts again from its clock): run the nodes with
-// persistence. It is also forgotten when the name stays untaken for the
-// fence counters' lifetime (dlock.WithFenceLifetime, 7 days by default):
-// the counters expire, and the next fences come from the nodes' clocks
-// again, below the last Fence by as much as the node that gave it ran
-// ahead of the others (a resource then refuses the new holder until the
-// clocks catch up). Keeping written-back counters for ever would cost a
-// key per name ever locked. Fences with a FenceSet is the per-node
+// largest it has seen is safe from stale holders, as with a Client. Fence
+// does not change while the lock is held. Like a lock, a fence written to a
+// node is forgotten when the node restarts empty (its counter then starts
+// again from its clock); a renewal that takes the lock again on such a node
+// writes Fence back into its counter, so restarts one at a time, each
+// repaired before the next, do not erode it, but a quorum restarted at once
+// does: run the nodes with persistence. It is also forgotten when the name
+// stays untaken for the fence counters' lifetime (dlock.WithFenceLifetime,
+// 7 days by default): the counters expire, and the next fences come from
+// the nodes' clocks again, below the last Fence by as much as the node that
+// gave it ran ahead of the others (a resource then refuses the new holder
+// until the clocks catch up). Keeping written-back counters for ever would
+// cost a key per name ever locked. Fences with a FenceSet is the per-node
 // alternative.
 func (l *Lock) Fence() int64 { return l.fence }
 
@@ -130,7 +140,9 @@ func (l *Lock) Fence() int64 { return l.fence }
 //   - an error matching dlock.ErrLockLost: no renewal reached a quorum before
 //     the validity ran out (also ErrNoQuorum), the validity of a lock
 //     acquired WithoutRenewal ran out, or a renewal or Refresh found the
-//     lock gone on a majority of the nodes.
+//     lock gone on a majority of the nodes. The token is then given up on
+//     every node, in the background, so that keys a renewal kept alive on
+//     some nodes do not block the next holder.
 func (l *Lock) Context() context.Context { return l.ctx }
 
 // TTL returns what is left of the quorum's validity, on the local clock.
@@ -144,11 +156,14 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 // Refresh extends the lease on every node of the lock to at least ttl, and
-// succeeds when a quorum confirmed within the new validity; later renewals
-// use ttl. ttl must lie within the Redlock's TTL bounds (else
-// dlock.ErrInvalidTTL, and nothing is sent). It fails with ErrNoQuorum when
-// too few nodes confirmed, and with dlock.ErrNotHeld when the lock has
-// ended or a majority of nodes no longer hold it (then its context ends).
+// succeeds as soon as a quorum confirmed within the new validity, without
+// waiting for slower nodes; later renewals use ttl. Nodes that no longer
+// hold the lock (restarted empty, or that never granted it) are then taken
+// again where the lock is free there, with a new fence (see Fences). ttl
+// must lie within the Redlock's TTL bounds (else dlock.ErrInvalidTTL, and
+// nothing is sent). It fails with ErrNoQuorum when too few nodes confirmed,
+// and with dlock.ErrNotHeld when the lock has ended or a majority of nodes
+// no longer hold it (then its context ends).
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := l.r.cfg.bounds.Check(ttl); err != nil {
 		return opError("refresh", l.name, err)
@@ -340,12 +355,17 @@ func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
 }
 
 // Release ends the lock's context (cause dlock.ErrReleased), before any node
-// is asked, then releases the lock on every node that granted it. It reports
-// dlock.ErrNotHeld when it was released before, when its context had already
-// ended with a loss (the nodes that still had it are freed all the same), or
-// when fewer than a quorum of nodes released it (joined with the nodes'
-// errors, if any); the lock is over either way, and a node that did not
-// answer lets it expire with its TTL.
+// is asked, then releases the lock by its token on every node: those that
+// granted it, and the others, whose grant may not have been heard of (there
+// the token is given up, so that an attempt still on the way grants
+// nothing). It returns once a quorum released it (or can no longer), and
+// leaves the slower nodes to the background, within the release timeout;
+// Close waits for them. It reports dlock.ErrNotHeld when it was released
+// before, when its context had already ended with a loss (the nodes that
+// still had it are freed all the same), or when fewer than a quorum of
+// nodes released it (joined with the nodes' errors, if any); the lock is
+// over either way, and a node that did not answer in time lets it expire
+// with its TTL.
 //
 // Release runs on a context of its own, as a Client's Release does: ctx's
 // values but not its cancellation or deadline, bounded by the release
