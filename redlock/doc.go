@@ -33,19 +33,19 @@
 //
 // # Renewal
 //
-// A Lock is renewed on all its nodes at a third of its TTL. A renewal (or
-// Refresh) succeeds as soon as a quorum confirmed, so a stalled node does
-// not hold it up; the others answer in the background. After a failure the
-// next try comes soon, with backoff (a thirtieth of the TTL, doubling, at
-// most a tenth), not a third of the TTL later. Once a quorum confirmed, a
-// node that no longer holds the lock (restarted empty, or that never
-// granted it) is taken again where the lock is free there
-// (extend-or-lock, as redsync does), with a new fence, which replaces that
-// node's in Fences, and Fence written back into its counter: a quorum does
-// not erode one restart at a time. Such a node never counts towards the
-// quorum that keeps the lock: only nodes that held it all along do. The
-// context ends when no renewal reached a quorum before the validity ran
-// out, or a majority of the nodes no longer hold it; the token is then
+// A Lock is renewed on all its nodes at a third of its TTL, and no later
+// than halfway to the end of its validity. A renewal (or Refresh) succeeds
+// as soon as a quorum confirmed, so a stalled node does not hold it up; the
+// others answer in the background. After a failure the next try comes soon,
+// with backoff (a thirtieth of the TTL, doubling), not a third of the TTL
+// later. Once a quorum confirmed, a node that no longer holds the lock
+// (restarted empty, or that never granted it) is taken again where the lock
+// is free there (extend-or-lock, as redsync does), with a new fence, which
+// replaces that node's in Fences, and Fence written back into its counter: a
+// quorum does not erode one restart at a time. Such a node never counts
+// towards the quorum that keeps the lock: only nodes that held it all along
+// do. The context ends when no renewal reached a quorum before the validity
+// ran out, or a majority of the nodes no longer hold it; the token is then
 // given up on every node, in the background.
 //
 // # Release
