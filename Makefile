@@ -11,8 +11,10 @@ MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | so
 
 .PHONY: demo test deps test-deps fmt-check tidy-check vet staticcheck release-check gotest bench torture
 
+# cmd/dlock is a module of its own (its dependencies stay out of the root
+# module's users' builds): run it from its directory.
 demo: deps
-	$(GO) run ./cmd/dlock demo
+	cd cmd/dlock && $(GO) run . demo
 
 test: test-deps fmt-check tidy-check vet staticcheck release-check gotest
 

@@ -23,7 +23,7 @@ const rootPath = "github.com/dlock-go/dlock"
 // published are the directories (relative to the repository root, "." for
 // the root) of the modules users fetch: each is tagged at every release
 // (docs/RELEASING.md), and TestConsumer builds each of them from the proxy.
-var published = []string{".", "dlockgocron", "dlockgrpc", "dlockotel"}
+var published = []string{".", "cmd/dlock", "dlockgocron", "dlockgrpc", "dlockotel", "dlockprom"}
 
 // unpublished are the modules that are never tagged, with the reason.
 var unpublished = map[string]string{
