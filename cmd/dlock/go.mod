@@ -2,11 +2,6 @@ module github.com/dlock-go/dlock/cmd/dlock
 
 go 1.26.0
 
-replace (
-	github.com/dlock-go/dlock => ../../
-	github.com/dlock-go/dlock/dlockprom => ../../dlockprom
-)
-
 require (
 	github.com/dlock-go/dlock v0.1.0
 	github.com/dlock-go/dlock/dlockprom v0.1.0
