@@ -89,6 +89,8 @@ func main() {
 //   - for each published module alone, a module requiring only it builds
 //     every package of it, so that its go.mod's requirements (not the
 //     replace) decide the versions of the repository's other modules;
+//   - `go install` of the CLI at the release version, as its README says,
+//     gives a dlock whose --version is that version;
 //   - a module requiring all of them builds, vets and runs a program that
 //     calls each.
 //
