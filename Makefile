@@ -11,8 +11,10 @@ MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | so
 
 .PHONY: demo test deps test-deps fmt-check tidy-check vet staticcheck release-check gotest bench torture
 
+# cmd/dlock is a module of its own (its dependencies stay out of the root
+# module's users' builds): run it from its directory.
 demo: deps
-	$(GO) run ./cmd/dlock demo
+	cd cmd/dlock && $(GO) run . demo
 
 test: test-deps fmt-check tidy-check vet staticcheck release-check gotest
 
@@ -50,11 +52,23 @@ fmt-check:
 
 # go.mod and go.sum of every module as `go mod tidy` leaves them (it prints
 # the diff otherwise). GOWORK=off: each module on its own, as CI has it.
+# A module with a go.work beside it (cmd/dlock: `go install ...@version`
+# refuses a go.mod with replace directives, so they are in its go.work) is
+# tidied with the go.work's replaces added to a copy of its go.mod
+# (-modfile), as tidy, which ignores workspaces, would see it with them.
 tidy-check:
 	@bad=; for m in $(MODULES); do echo "go mod tidy -diff ($$m)"; \
-		(cd $$m && GOWORK=off $(GO) mod tidy -diff) || bad="$$bad $$m"; \
+		if [ -f $$m/go.work ]; then \
+			tmp=$$(mktemp -d) && cp $$m/go.mod $$m/go.sum $$tmp/ && \
+			(cd $$m && $(GO) mod edit -modfile=$$tmp/go.mod $$(awk '/=>/ { sub(/^replace[ \t]+/, ""); print "-replace=" $$1 "=" $$3 }' go.work) && \
+				GOWORK=off $(GO) mod tidy -diff -modfile=$$tmp/go.mod) || bad="$$bad $$m"; \
+			rm -rf $$tmp; \
+		else \
+			(cd $$m && GOWORK=off $(GO) mod tidy -diff) || bad="$$bad $$m"; \
+		fi; \
 	done; \
-	if [ -n "$$bad" ]; then echo "not tidy:$$bad (run go mod tidy there and commit go.mod and go.sum)"; exit 1; fi
+	if [ -n "$$bad" ]; then echo "not tidy:$$bad (run go mod tidy there and commit go.mod and go.sum;" \
+		"for cmd/dlock see docs/RELEASING.md, \"Tidying cmd/dlock\")"; exit 1; fi
 
 vet:
 	@set -e; for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...); done

@@ -2,10 +2,14 @@ module github.com/dlock-go/dlock/dlockprom/monitoring
 
 go 1.26.7
 
-replace github.com/dlock-go/dlock => ../../
+replace (
+	github.com/dlock-go/dlock => ../../
+	github.com/dlock-go/dlock/dlockprom => ../
+)
 
 require (
-	github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock v0.1.0
+	github.com/dlock-go/dlock/dlockprom v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.74.0

@@ -17,6 +17,10 @@ import (
 // than beside the timing-sensitive tests of `go test ./...`.
 const checkEnv = "DLOCK_RELEASE_CHECK"
 
+// cliPath is the CLI's package (and module): users install it with
+// `go install cliPath@latest` (cmd/dlock/README.md).
+const cliPath = rootPath + "/cmd/dlock"
+
 // consumerMain is a user's program that imports every published package
 // and calls something of each, so that the build compiles and links them.
 // An API change that breaks it breaks users' programs too: change it with
@@ -36,6 +40,7 @@ import (
 	"github.com/dlock-go/dlock/dlockgocron"
 	"github.com/dlock-go/dlock/dlockgrpc"
 	"github.com/dlock-go/dlock/dlockotel"
+	"github.com/dlock-go/dlock/dlockprom"
 )
 
 func main() {
@@ -57,13 +62,20 @@ func main() {
 		fmt.Println(err)
 		os.Exit(1)
 	}
+	observed, err := dlock.New(rdb, dlock.WithObserver(dlockprom.NewCollector()))
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(intercept))
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := locker.Close(ctx); err != nil {
-		fmt.Println(err)
-		os.Exit(1)
+	for _, l := range []*dlock.Client{locker, observed} {
+		if err := l.Close(ctx); err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
 	}
 	fmt.Println("consumer ok")
 }
@@ -77,6 +89,8 @@ func main() {
 //   - for each published module alone, a module requiring only it builds
 //     every package of it, so that its go.mod's requirements (not the
 //     replace) decide the versions of the repository's other modules;
+//   - `go install` of the CLI at the release version, as its README says,
+//     gives a dlock whose --version is that version;
 //   - a module requiring all of them builds, vets and runs a program that
 //     calls each.
 //
@@ -178,6 +192,17 @@ func TestConsumer(t *testing.T) {
 		t.Logf("%s@%s alone: every package builds (%v)", m.mod.Module.Path, v, time.Since(start).Round(time.Millisecond))
 	}
 
+	// The CLI as its README installs it: `go install ...@version` builds
+	// the module as it was published, outside any module, and refuses one
+	// whose go.mod has replace directives.
+	gobin := filepath.Join(tmp, "bin")
+	installEnv := append(append([]string(nil), env...), "GOBIN="+gobin)
+	goCmd(t, tmp, installEnv, 3*time.Minute, "install", "-trimpath", cliPath+"@"+v)
+	if out := runConsumer(t, filepath.Join(gobin, "dlock"), "--version"); !strings.HasPrefix(out, "dlock "+v+" ") {
+		t.Errorf("dlock --version after go install %s@%s: %q, want it to start with %q", cliPath, v, out, "dlock "+v+" ")
+	}
+	t.Logf("go install %s@%s: dlock --version works (%v)", cliPath, v, time.Since(start).Round(time.Millisecond))
+
 	dir := consumer("all", pub, map[string]string{"main.go": consumerMain})
 	goCmd(t, dir, env, 3*time.Minute, "build", "-trimpath", "-o", "consumer", ".")
 	goCmd(t, dir, env, 3*time.Minute, "vet", "-trimpath", "./...")
@@ -204,13 +229,13 @@ func hasKey(m map[string]string, k string) bool {
 	return ok
 }
 
-// runConsumer runs the consumer's binary and returns its output, failing
-// the test if it fails or runs for more than 30 seconds.
-func runConsumer(t *testing.T, bin string) string {
+// runConsumer runs a binary the test built, with args, and returns its
+// output, failing the test if it fails or runs for more than 30 seconds.
+func runConsumer(t *testing.T, bin string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {

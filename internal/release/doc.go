@@ -5,7 +5,11 @@
 // module is either published (tagged and fetched by users) or listed as
 // unpublished with its reason, and a published nested module requires a
 // released version of the root module (never a pseudo-version that no
-// proxy serves) while keeping its replace directive for development.
+// proxy serves) while keeping its replace directive for development; a
+// module with a main package (the CLI, which users `go install
+// ...@version`) has no replace in its go.mod, only in a go.work beside it;
+// and a module requiring only the root gets none of the CLI's or
+// dlockprom's dependencies in its module graph.
 //
 // TestConsumer, run by `make release-check` (DLOCK_RELEASE_CHECK=1), does
 // what a user outside the repository does once the modules are tagged: it

@@ -23,7 +23,7 @@ const rootPath = "github.com/dlock-go/dlock"
 // published are the directories (relative to the repository root, "." for
 // the root) of the modules users fetch: each is tagged at every release
 // (docs/RELEASING.md), and TestConsumer builds each of them from the proxy.
-var published = []string{".", "dlockgocron", "dlockgrpc", "dlockotel"}
+var published = []string{".", "cmd/dlock", "dlockgocron", "dlockgrpc", "dlockotel", "dlockprom"}
 
 // unpublished are the modules that are never tagged, with the reason.
 var unpublished = map[string]string{
@@ -45,10 +45,15 @@ type goMod struct {
 		Version  string
 		Indirect bool
 	}
-	Replace []struct {
-		Old struct{ Path, Version string }
-		New struct{ Path, Version string }
-	}
+	Replace []replace
+	Exclude []struct{ Path, Version string }
+}
+
+// replace is a replace directive of a go.mod or go.work, as `go mod edit
+// -json` and `go work edit -json` print it.
+type replace struct {
+	Old struct{ Path, Version string }
+	New struct{ Path, Version string }
 }
 
 // module is one go.mod of the repository.
@@ -215,17 +220,24 @@ func TestModuleSet(t *testing.T) {
 // a replace of each to its directory for development in the repository.
 // Users ignore the replace, so a pseudo-version there (such as the zero one
 // that `go mod tidy` writes for a replaced module that has no version) would
-// make the module unbuildable for them.
+// make the module unbuildable for them. A module users install with `go
+// install ...@version` (one with a main package, see TestInstallable) may
+// have no replace in its go.mod: its replaces are in a go.work beside it.
 func TestNestedRequires(t *testing.T) {
 	root := repoRoot(t)
 	mods := modules(t, root)
 	pub := publishedModules(t, mods)
+	mains := mainPackages(t, root, pub)
 	dirOf := map[string]string{} // module path -> directory, every module of the repository
 	for _, m := range mods {
 		dirOf[m.mod.Module.Path] = m.dir
 	}
 	versions := map[string][]string{} // version -> "module requires path"
 	for _, m := range pub[1:] {
+		replaces, where := m.mod.Replace, m.dir+"/go.mod"
+		if len(mains[m.dir]) > 0 {
+			replaces, where = workReplaces(t, root, m.dir), m.dir+"/go.work"
+		}
 		for _, r := range m.mod.Require {
 			dir, inRepo := dirOf[r.Path]
 			if !inRepo {
@@ -245,19 +257,91 @@ func TestNestedRequires(t *testing.T) {
 				t.Fatal(err)
 			}
 			replaced := false
-			for _, rp := range m.mod.Replace {
+			for _, rp := range replaces {
 				replaced = replaced || rp.Old.Path == r.Path && rp.Old.Version == "" &&
 					filepath.Clean(rp.New.Path) == want
 			}
 			if !replaced {
-				t.Errorf("%s/go.mod: no `replace %s => %s`: keep it, so that the module builds against the "+
-					"working tree in the repository", m.dir, r.Path, filepath.ToSlash(want)+"/")
+				t.Errorf("%s: no `replace %s => %s`: keep it, so that the module builds against the "+
+					"working tree in the repository", where, r.Path, filepath.ToSlash(want)+"/")
 			}
 		}
 	}
 	if len(versions) > 1 {
 		t.Errorf("the nested modules require the repository's modules at different versions; one release tags them all at one version: %v", versions)
 	}
+}
+
+// TestInstallable: a published module with a main package has no replace
+// or exclude directive in its go.mod. `go install pkg@version`, the way
+// users install the CLI, builds the module outside any main module and
+// refuses one whose go.mod has either ("The go.mod file for the module
+// providing named packages contains one or more replace directives"), so
+// such a module keeps the replaces that development in the repository
+// needs in a go.work beside its go.mod instead, which go install ignores
+// and the go command uses in that directory (TestNestedRequires checks
+// them). The go.work uses only its own module: a workspace that used the
+// root's directory would still look up the required release of the root,
+// which does not exist before it is tagged.
+func TestInstallable(t *testing.T) {
+	root := repoRoot(t)
+	mods := modules(t, root)
+	pub := publishedModules(t, mods)
+	mains := mainPackages(t, root, pub)
+	installable := 0
+	for _, m := range pub {
+		if len(mains[m.dir]) == 0 {
+			continue
+		}
+		installable++
+		if len(m.mod.Replace) > 0 || len(m.mod.Exclude) > 0 {
+			t.Errorf("%s/go.mod has replace or exclude directives, so `go install %s@version` fails for users: "+
+				"move the replaces to %s/go.work", m.dir, mains[m.dir][0], m.dir)
+		}
+		if m.dir == "." {
+			continue
+		}
+		out := goCmd(t, filepath.Join(root, filepath.FromSlash(m.dir)), nil, time.Minute, "work", "edit", "-json", "go.work")
+		var work struct{ Use []struct{ DiskPath string } }
+		if err := json.Unmarshal(out, &work); err != nil {
+			t.Fatalf("%s/go.work: go work edit -json: %v", m.dir, err)
+		}
+		if len(work.Use) != 1 || filepath.Clean(work.Use[0].DiskPath) != "." {
+			t.Errorf("%s/go.work uses %v; want only `use .` (and replaces for the repository's modules)", m.dir, work.Use)
+		}
+	}
+	if installable == 0 {
+		t.Errorf("no published module has a main package; the CLI (cmd/dlock) is one")
+	}
+}
+
+// mainPackages returns the import paths of the main packages of each
+// module of mods, by directory (go list -find: no dependency is loaded).
+func mainPackages(t *testing.T, root string, mods []module) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, m := range mods {
+		list := goCmd(t, filepath.Join(root, filepath.FromSlash(m.dir)), nil, time.Minute,
+			"list", "-find", "-f", "{{if eq .Name \"main\"}}{{.ImportPath}}{{end}}", "./...")
+		out[m.dir] = trimLines(list)
+	}
+	return out
+}
+
+// workReplaces returns the replace directives of the go.work in the
+// directory dir of the repository at root (none if it has no go.work).
+func workReplaces(t *testing.T, root, dir string) []replace {
+	t.Helper()
+	abs := filepath.Join(root, filepath.FromSlash(dir))
+	if _, err := os.Stat(filepath.Join(abs, "go.work")); err != nil {
+		return nil
+	}
+	var work struct{ Replace []replace }
+	out := goCmd(t, abs, nil, time.Minute, "work", "edit", "-json", "go.work")
+	if err := json.Unmarshal(out, &work); err != nil {
+		t.Fatalf("%s/go.work: go work edit -json: %v", dir, err)
+	}
+	return work.Replace
 }
 
 // releaseVersion returns the version being released: the released version
