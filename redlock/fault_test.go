@@ -89,7 +89,7 @@ func TestLostReplyGivenBack(t *testing.T) {
 		if rdbs[2].Exists(bg, "dlock:{"+name+"}:fence").Val() != 0 {
 			break
 		}
-		t.Logf("try %d: node 2 granted nothing (the give-up came first)", try)
+		t.Logf("try %d: node 2 granted nothing (the give-up came first); node 2 keys %q, pool %+v", try, rdbs[2].Keys(bg, "*").Val(), *cut.PoolStats())
 		proxy.Pass()
 		if try == 5 {
 			t.Fatal("node 2 never ran the acquire script in 5 tries: the test proves nothing")
