@@ -208,14 +208,16 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 		return ended, opError("refresh", l.name, dlock.ErrNotHeld)
 	}
 	start := time.Now()
-	var asked, retake []int
-	for i, f := range fences {
-		if f != 0 {
-			asked = append(asked, i)
-		} else {
-			retake = append(retake, i)
-		}
+	// Every node is asked, those the lock does not hold too: their "not
+	// ours" counts towards a loss (a lock held on a bare quorum, taken
+	// over on one node while another holder took the node it never had,
+	// is gone: TestTakenOverOnBareQuorumNotSeenGone), while only the
+	// nodes it holds count towards the quorum that keeps it.
+	asked := make([]int, len(fences))
+	for i := range asked {
+		asked[i] = i
 	}
+	var retake []int
 	// Straight to each node: the quorum's validity decides, not any
 	// node's own lease.
 	bctx, cancel := l.r.bounded(ctx, start.Add(ttl-margin(ttl)))
@@ -228,16 +230,22 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 		ok, lacks int
 		errs      []error
 		ctxErr    error
+		answered  = make([]bool, len(fences))
 	)
 	for pending := len(asked); pending > 0 && ok < l.r.quorum && ok+pending >= l.r.quorum && ctxErr == nil; {
 		select {
 		case rep := <-replies:
 			pending--
+			answered[rep.i] = true
 			switch {
 			case rep.err != nil:
 				errs = append(errs, fmt.Errorf("node %d: %w", rep.i, rep.err))
-			case rep.res == 1:
+			case rep.res == 1 && fences[rep.i] != 0:
 				ok++
+			case rep.res == 1:
+				// Ours on a node not in the lock (a grant whose reply was
+				// lost): joined by a re-take, not counted.
+				retake = append(retake, rep.i)
 			default:
 				lacks++
 				retake = append(retake, rep.i)
@@ -250,6 +258,11 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 	if ok >= l.r.quorum && time.Since(start) < ttl-margin(ttl) {
 		if err := l.extend(start, ttl, setTTL); err != nil {
 			return ended, err
+		}
+		for i, f := range fences {
+			if f == 0 && !answered[i] {
+				retake = append(retake, i) // not heard yet: the quorum came first
+			}
 		}
 		for _, i := range retake {
 			l.r.start(func() { l.retake(ctx, i, ttl, start.Add(ttl-margin(ttl))) })
@@ -320,13 +333,18 @@ func (l *Lock) retake(ctx context.Context, i int, ttl time.Duration, until time.
 	if err != nil || !g.OK {
 		return // held by another there, or our token was given up there
 	}
+	// The node's counter is raised before the node joins: a node that
+	// counts as repaired with its counter still below Fence would let
+	// Fence go back after the next restart.
+	if g.Fence < l.fence {
+		if err := raiseScript.Run(rctx, l.r.nodes[i].rdb, []string{l.keys.Lock, l.keys.Fence}, l.token,
+			l.fence, l.r.cfg.fenceLifetime.Milliseconds()).Err(); err != nil {
+			l.r.giveBack(ctx, i, l.keys, l.token, ttl)
+			return
+		}
+	}
 	if !l.join(i, g.Fence) {
 		l.r.giveBack(ctx, i, l.keys, l.token, ttl)
-		return
-	}
-	if g.Fence < l.fence {
-		_ = raiseScript.Run(rctx, l.r.nodes[i].rdb, []string{l.keys.Lock, l.keys.Fence}, l.token,
-			l.fence, l.r.cfg.fenceLifetime.Milliseconds()).Err()
 	}
 }
 
