@@ -126,7 +126,11 @@ func newGuard(locker dlock.Locker, name NameFunc, opts []Option) (*guard, error)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	return &guard{locker: locker, name: name, cfg: cfg, take: boundedAcquire(locker, cfg.acquire, cfg.maxHold)}, nil
+	bound, err := holdBound(cfg.maxHold, cfg.maxHoldSet, cfg.acquire)
+	if err != nil {
+		return nil, fmt.Errorf("dlockgrpc: %w", err)
+	}
+	return &guard{locker: locker, name: name, cfg: cfg, take: boundedAcquire(locker, cfg.acquire, bound)}, nil
 }
 
 // isNil reports a nil Locker, also a nil pointer in a non-nil interface (a
@@ -262,13 +266,16 @@ func boundedAcquire(locker dlock.Locker, opts []dlock.AcquireOption, maxHold tim
 		return func(ctx context.Context, name string) (dlock.Lock, error) { return locker.Acquire(ctx, name, opts...) }
 	}
 	bounded := append([]dlock.AcquireOption{dlock.WithMaxHold(maxHold)}, opts...)
+	// A Client takes hold limits: an ErrInvalidOption it gives is the
+	// program's, and the bound stays.
+	_, isClient := locker.(*dlock.Client)
 	var refused atomic.Bool
 	return func(ctx context.Context, name string) (dlock.Lock, error) {
 		if refused.Load() {
 			return locker.Acquire(ctx, name, opts...)
 		}
 		lock, err := locker.Acquire(ctx, name, bounded...)
-		if errors.Is(err, dlock.ErrInvalidOption) {
+		if !isClient && errors.Is(err, dlock.ErrInvalidOption) {
 			if lock, err2 := locker.Acquire(ctx, name, opts...); !errors.Is(err2, dlock.ErrInvalidOption) {
 				refused.Store(true) // the bound was what it refused
 				return lock, err2
@@ -276,4 +283,20 @@ func boundedAcquire(locker dlock.Locker, opts []dlock.AcquireOption, maxHold tim
 		}
 		return lock, err
 	}
+}
+
+// holdBound is the hold bound to apply with opts: maxHold, unless a min hold
+// in opts is longer. A min hold above a bound the program set is refused
+// (the two cannot both hold); above the default, the default gives way to
+// it, so the lock is kept as long as asked and bounded there.
+func holdBound(maxHold time.Duration, set bool, opts []dlock.AcquireOption) (time.Duration, error) {
+	wide := dlock.TTLBounds{Default: dlock.DefaultTTL, Min: time.Nanosecond, Max: 1 << 62}
+	s, err := dlock.ReadAcquireOptions("bound", wide, opts...)
+	if err != nil || maxHold == 0 || s.MinHold <= maxHold {
+		return maxHold, nil // the options' own errors come with the first acquisition, as before
+	}
+	if set {
+		return 0, fmt.Errorf("%w: WithMaxHold(%v) is below the min hold %v of WithAcquireOptions", dlock.ErrInvalidOption, maxHold, s.MinHold)
+	}
+	return s.MinHold, nil
 }

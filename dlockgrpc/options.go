@@ -31,6 +31,7 @@ const DefaultMaxHold = 30 * time.Second
 type config struct {
 	acquire      []dlock.AcquireOption
 	maxHold      time.Duration
+	maxHoldSet   bool // WithMaxHold was given: a conflict with a min hold is an error, not a default to move
 	busy         codes.Code
 	releaseError func(ctx context.Context, fullMethod string, err error)
 }
@@ -59,12 +60,15 @@ func WithAcquireOptions(opts ...dlock.AcquireOption) Option {
 // WithAcquireOptions, so a dlock.WithMaxHold there wins. Past the bound no
 // renewal keeps the lock: it frees in Redis, and the handler's context (a
 // stream's Context()) ends with a cause matching dlock.ErrHoldLimit and
-// dlock.ErrLockLost. A TTL above the bound is cut to it. A Locker that
-// refuses dlock.WithMaxHold (Redlock) is asked without it, after its first
-// refusal: its calls are not bounded, so bound them with deadlines and the
-// server's keepalive settings.
+// dlock.ErrLockLost. A TTL above the bound is cut to it. A min hold
+// (dlock.WithMinHold) longer than the default bound moves the bound to it;
+// one longer than a bound given here is refused when the interceptor is
+// made. A Locker that refuses dlock.WithMaxHold (Redlock) is asked without
+// it after its first refusal: its calls are not bounded, so bound them with
+// deadlines and the server's keepalive settings. A *dlock.Client is never
+// asked without it.
 func WithMaxHold(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.maxHold = d })
+	return optionFunc(func(c *config) { c.maxHold, c.maxHoldSet = d, true })
 }
 
 // WithBusyCode sets the code of a call whose lock another call holds

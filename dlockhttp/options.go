@@ -38,6 +38,7 @@ const DefaultMaxHold = 30 * time.Second
 type config struct {
 	acquire      []dlock.AcquireOption
 	maxHold      time.Duration
+	maxHoldSet   bool // WithMaxHold was given: a conflict with a min hold is an error, not a default to move
 	busy         int
 	invalid      int
 	unavailable  int
@@ -75,11 +76,14 @@ func WithAcquireOptions(opts ...dlock.AcquireOption) Option {
 // dlock.WithMaxHold there wins. Past the bound no renewal keeps the lock: it
 // frees in Redis, and the handler's context ends with a cause matching
 // dlock.ErrHoldLimit and dlock.ErrLockLost. A TTL above the bound is cut to
-// it. A Locker that refuses dlock.WithMaxHold (Redlock) is asked without it,
-// after its first refusal: its requests are not bounded, so bound them with
-// the server's timeouts.
+// it. A min hold (dlock.WithMinHold) longer than the default bound moves the
+// bound to it; one longer than a bound given here is refused when the
+// middleware is made. A Locker that refuses dlock.WithMaxHold (Redlock) is
+// asked without it after its first refusal: its requests are not bounded,
+// so bound them with the server's timeouts. A *dlock.Client is never asked
+// without it.
 func WithMaxHold(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.maxHold = d })
+	return optionFunc(func(c *config) { c.maxHold, c.maxHoldSet = d, true })
 }
 
 // WithBufferedBody makes the middleware read a request body whose declared
