@@ -81,9 +81,18 @@ func newListingCache(cfg config) *flightcache.Cache[query, snapshot] {
 // walk at a time from this handler. The wait for a turn counts in the
 // request's timeout.
 func (h *handler) snapshot(ctx context.Context, q query) (snapshot, error) {
-	ctx, cancel := context.WithTimeout(ctx, h.cfg.timeout)
+	// WithTimeout bounds the wait for the turn and, from the turn on, the
+	// listing itself: a listing that waited behind others gets its whole
+	// timeout for Redis, so a Redis that answers in time is never reported
+	// as failing because of the queue (the queue's own give-up is
+	// flightcache.ErrNoTurn, answered busy and not logged).
+	wctx, cancel := context.WithTimeout(ctx, h.cfg.timeout)
 	defer cancel()
-	s, _, err := h.cache.Get(ctx, q, func(ctx context.Context) (snapshot, error) { return h.listing(ctx, q) })
+	s, _, err := h.cache.Get(wctx, q, func(context.Context) (snapshot, error) {
+		rctx, cancel := context.WithTimeout(ctx, h.cfg.timeout)
+		defer cancel()
+		return h.listing(rctx, q)
+	})
 	return s, err
 }
 

@@ -122,8 +122,13 @@
 //     Retry-After, whatever token they carry (the page's form shows the
 //     same refusal after its redirect); only the first refusal of a
 //     lockout is logged. At most 4096 addresses are remembered, those
-//     beyond share one limit. Behind a reverse proxy all clients are the
-//     proxy and share its limit.
+//     beyond share one limit. That is a trade-off, and a lever for denial
+//     of service: whoever guesses from more than 4096 addresses (one IPv6
+//     /52 is enough) keeps the shared limit spent, and an operator from a
+//     new address is refused too until the guessing stops; an unlimited
+//     table would be a memory lever instead. Behind a reverse proxy all
+//     clients are the proxy and share its limit: one guesser locks everyone
+//     out. Keep the admin view off networks that can reach it in bulk.
 //   - No answer carries what went wrong inside: when Redis fails (say
 //     "dial tcp 10.0.3.7:6379: connection refused"), the client, who need
 //     not be authenticated, gets a generic 503 "lock service unavailable",

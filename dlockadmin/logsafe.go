@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/flightcache"
 )
 
 // Bounds of what one request may write into the log. Whoever reaches the
@@ -43,6 +44,13 @@ func clip(s string, n int) string {
 // client, who need not be authenticated, has no use for: it gets a
 // generic message, and internal is true so the caller logs err.
 func public(err error) (status int, msg string, internal bool) {
+	if errors.Is(err, flightcache.ErrNoTurn) {
+		// Queued behind other listings (one runs at a time) past the
+		// timeout: nothing failed inside, and nothing is logged, or a
+		// flood of filters would write error lines and look like an
+		// outage.
+		return http.StatusServiceUnavailable, "busy: other listings ran first; try again in a moment", false
+	}
 	switch status = statusOf(err); status {
 	case http.StatusServiceUnavailable:
 		return status, "lock service unavailable: Redis did not answer in time (the admin server's log has the details)", true

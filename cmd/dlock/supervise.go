@@ -40,8 +40,11 @@ func (a *app) supervise(lock dlock.Lock, argv []string, grace time.Duration, sig
 		cmd.Stdin = a.stdin
 	}
 	cmd.Stdout, cmd.Stderr = a.stdout, a.stderr
-	// Without dlock's credentials: see childenv.go.
+	// Without dlock's credentials: see childenv.go. Nor through
+	// /proc/$PPID/environ: hideEnviron. Failing that, COMMAND runs all
+	// the same, as before the environment was cleaned.
 	cmd.Env = childEnv(a.environ(), lock, pass)
+	_ = hideEnviron()
 	cmd.SysProcAttr = childAttr(syscall.SIGTERM)
 	// Should dlock die without stopping COMMAND, the watchdog stops its
 	// group (see watchdog.go). Without one, only the parent-death signal

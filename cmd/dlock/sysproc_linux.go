@@ -1,6 +1,10 @@
 package main
 
-import "syscall"
+import (
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
 
 // childAttr starts a child in a process group of its own, so that a signal
 // to the group reaches the processes it starts too. parentDeath is sent to
@@ -12,3 +16,10 @@ import "syscall"
 func childAttr(parentDeath syscall.Signal) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: parentDeath}
 }
+
+// hideEnviron makes dlock's /proc/PID files (environ among them) readable
+// by root only: COMMAND, which runs as the same user with dlock as its
+// parent, could otherwise read the credentials childEnv kept from it in
+// /proc/$PPID/environ. It also turns off core dumps of dlock, which would
+// hold them too. Not dumpable, dlock can still be signalled by its user.
+func hideEnviron() error { return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }

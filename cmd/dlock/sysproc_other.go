@@ -13,3 +13,7 @@ func childAttr(parentDeath syscall.Signal) *syscall.SysProcAttr {
 	_ = parentDeath
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// hideEnviron: only Linux keeps a process' environment in a file its
+// children can read (/proc/PID/environ); here nothing is to be done.
+func hideEnviron() error { return nil }

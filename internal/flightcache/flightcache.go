@@ -8,6 +8,7 @@ package flightcache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -37,6 +38,11 @@ type entry[V any] struct {
 	// or during the read; its result is not the others', who try again.
 	abandoned bool
 }
+
+// ErrNoTurn is the error, beside ctx's, of a Get whose context ended while
+// it waited for its turn to read: the other reads took the time, not the
+// read's source, which was never asked.
+var ErrNoTurn = errors.New("flightcache: gave up waiting for a turn to read")
 
 // New returns a Cache that keeps a value for ttl (0: never kept, but
 // callers at the same moment still share one read) and at most keep keys
@@ -104,7 +110,7 @@ func (c *Cache[K, V]) lead(ctx context.Context, key K, e *entry[V], read func(ct
 	select {
 	case c.turn <- struct{}{}:
 	case <-ctx.Done():
-		e.err, e.abandoned = ctx.Err(), true
+		e.err, e.abandoned = fmt.Errorf("%w: %w", ErrNoTurn, ctx.Err()), true
 		finish()
 		return e.val, false, e.err
 	}
