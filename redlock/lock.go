@@ -232,10 +232,27 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 		ctxErr    error
 		answered  = make([]bool, len(fences))
 	)
-	for pending := len(asked); pending > 0 && ok < l.r.quorum && ok+pending >= l.r.quorum && ctxErr == nil; {
+	n := len(l.r.nodes)
+	held := 0 // nodes the lock holds, the only ones that can confirm it
+	for _, f := range fences {
+		if f != 0 {
+			held++
+		}
+	}
+	// Wait while a quorum can still confirm, or while a loss is still
+	// undecided and the answers out could decide it; not for a stalled
+	// node that can do neither (a renewal stuck on it would wait out the
+	// validity instead of failing fast and being retried).
+	waitMore := func(pending, pendingHeld int) bool {
+		return ok+pendingHeld >= l.r.quorum || (lacks <= n-l.r.quorum && lacks+pending > n-l.r.quorum)
+	}
+	for pending, pendingHeld := len(asked), held; pending > 0 && ok < l.r.quorum && waitMore(pending, pendingHeld) && ctxErr == nil; {
 		select {
 		case rep := <-replies:
 			pending--
+			if fences[rep.i] != 0 {
+				pendingHeld--
+			}
 			answered[rep.i] = true
 			switch {
 			case rep.err != nil:
@@ -254,7 +271,6 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 			ctxErr = ctx.Err()
 		}
 	}
-	n := len(l.r.nodes)
 	if ok >= l.r.quorum && time.Since(start) < ttl-margin(ttl) {
 		if err := l.extend(start, ttl, setTTL); err != nil {
 			return ended, err

@@ -209,3 +209,36 @@ func fenceCounter(t *testing.T, rdb redis.UniversalClient, name string) int64 {
 	}
 	return n
 }
+
+// A renewal does not wait on a node the lock does not hold when that node
+// can neither confirm the lock nor decide a loss: with node 2 stalled since
+// the acquisition (fence 0) and one refusal on node 1, the renewal fails at
+// once and its retry keeps the lock. Asking every node (for losses) first
+// made the renewal wait for node 2 until the validity ran out.
+func TestRenewalDoesNotWaitOnStalledUnheldNode(t *testing.T) {
+	srvs, _ := startNodes(t, 3)
+	rdbs := plainClients(t, srvs, 0)
+	fail := &failRefresh{}
+	rdbs[1].AddHook(fail)
+	r := newRedlock(t, rdbs)
+	const ttl = 900 * time.Millisecond
+	pauseNode(t, srvs[2])
+	l, err := r.TryAcquire(bg, "unheld", dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := asLock(t, l).Fences(); f[2] != 0 {
+		t.Fatalf("fences %v: node 2 stalled, yet in the lock", f)
+	}
+	fail.on.Store(true)
+	waitFor(t, "a refused renewal on node 1", func() bool { return fail.failed.Load() > 0 })
+	fail.on.Store(false)
+	select {
+	case <-l.Context().Done():
+		t.Fatalf("lost after one refused renewal, nodes 0 and 1 answering: %v", context.Cause(l.Context()))
+	case <-time.After(2 * ttl):
+	}
+	if err := l.Release(bg); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
