@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
-	"sync/atomic"
-	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -17,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/holdbound"
 )
 
 // UnaryServerInterceptor returns an interceptor that runs each unary call's
@@ -126,11 +125,11 @@ func newGuard(locker dlock.Locker, name NameFunc, opts []Option) (*guard, error)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	bound, err := holdBound(cfg.maxHold, cfg.maxHoldSet, cfg.acquire)
+	take, err := holdbound.Acquire(locker, cfg.acquire, cfg.maxHold, cfg.maxHoldSet)
 	if err != nil {
 		return nil, fmt.Errorf("dlockgrpc: %w", err)
 	}
-	return &guard{locker: locker, name: name, cfg: cfg, take: boundedAcquire(locker, cfg.acquire, bound)}, nil
+	return &guard{locker: locker, name: name, cfg: cfg, take: take}, nil
 }
 
 // isNil reports a nil Locker, also a nil pointer in a non-nil interface (a
@@ -253,50 +252,4 @@ func panicEnd(lock dlock.Lock) error {
 	default:
 		return fmt.Errorf("%s: handler panicked; lock %q: %w", "dlockgrpc", lock.Name(), cause)
 	}
-}
-
-// boundedAcquire acquires with the hold bound maxHold (0: none) put first
-// among opts, so that a dlock.WithMaxHold of the user's, later in the list,
-// replaces it. A Locker that refuses hold limits (Redlock refuses
-// dlock.WithMaxHold) is asked again without the bound, and from then on
-// never with it: the default must not break such a Locker, whose calls then
-// go unbounded, as documented on WithMaxHold.
-func boundedAcquire(locker dlock.Locker, opts []dlock.AcquireOption, maxHold time.Duration) func(context.Context, string) (dlock.Lock, error) {
-	if maxHold <= 0 {
-		return func(ctx context.Context, name string) (dlock.Lock, error) { return locker.Acquire(ctx, name, opts...) }
-	}
-	bounded := append([]dlock.AcquireOption{dlock.WithMaxHold(maxHold)}, opts...)
-	// A Client takes hold limits: an ErrInvalidOption it gives is the
-	// program's, and the bound stays.
-	_, isClient := locker.(*dlock.Client)
-	var refused atomic.Bool
-	return func(ctx context.Context, name string) (dlock.Lock, error) {
-		if refused.Load() {
-			return locker.Acquire(ctx, name, opts...)
-		}
-		lock, err := locker.Acquire(ctx, name, bounded...)
-		if !isClient && errors.Is(err, dlock.ErrInvalidOption) {
-			if lock, err2 := locker.Acquire(ctx, name, opts...); !errors.Is(err2, dlock.ErrInvalidOption) {
-				refused.Store(true) // the bound was what it refused
-				return lock, err2
-			}
-		}
-		return lock, err
-	}
-}
-
-// holdBound is the hold bound to apply with opts: maxHold, unless a min hold
-// in opts is longer. A min hold above a bound the program set is refused
-// (the two cannot both hold); above the default, the default gives way to
-// it, so the lock is kept as long as asked and bounded there.
-func holdBound(maxHold time.Duration, set bool, opts []dlock.AcquireOption) (time.Duration, error) {
-	wide := dlock.TTLBounds{Default: dlock.DefaultTTL, Min: time.Nanosecond, Max: 1 << 62}
-	s, err := dlock.ReadAcquireOptions("bound", wide, opts...)
-	if err != nil || maxHold == 0 || s.MinHold <= maxHold {
-		return maxHold, nil // the options' own errors come with the first acquisition, as before
-	}
-	if set {
-		return 0, fmt.Errorf("%w: WithMaxHold(%v) is below the min hold %v of WithAcquireOptions", dlock.ErrInvalidOption, maxHold, s.MinHold)
-	}
-	return s.MinHold, nil
 }
