@@ -283,7 +283,7 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 // number of replicas that acknowledged.
 func (c *Client) sendAcquire(ctx context.Context, k node.Keys, ac acquireConfig, call node.Call) (res []any, acked int64, err error) {
 	if ac.replicas == 0 {
-		res, err = call.Run(ctx, c.rdb).Slice()
+		res, err = c.batch.Run(ctx, call).Slice()
 		return res, 0, err
 	}
 	reply, acked, err := c.withWait(ctx, k.Lock, ac, call)

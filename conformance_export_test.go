@@ -13,3 +13,7 @@ func LocalWaiters(c *Client, name string) int {
 	}
 	return 0
 }
+
+// QueuedCalls returns how many of c's lock calls wait to leave in a batch
+// (WithBatchDepth).
+func QueuedCalls(c *Client) int { return c.batch.Queued() }

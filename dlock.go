@@ -20,8 +20,11 @@ import (
 // that all its locks share (the renewal loop, the pub/sub sessions of
 // waiters, tokens being given back).
 type Client struct {
-	rdb    redis.UniversalClient
-	cfg    config
+	rdb redis.UniversalClient
+	cfg config
+	// batch sends the lock calls (acquire, release, refresh, TTL): calls
+	// made while others are out leave together (WithBatchDepth).
+	batch  *node.Batcher
 	closed atomic.Bool
 	// closing is cancelled by Close: it ends the waits under way and the
 	// retries of the background work.
@@ -80,7 +83,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c := &Client{
 		rdb: rdb, cfg: cfg, id: newToken()[:16],
 		notify: newNotifier(rdb), queues: map[string]*localQueue{},
-		held: map[*redisLock]struct{}{},
+		held: map[*redisLock]struct{}{}, batch: node.NewBatcher(rdb, cfg.batchDepth),
 	}
 	c.renewer = newRenewer(c)
 	c.closing, c.closeWaits = context.WithCancel(context.Background())
@@ -176,7 +179,12 @@ var errClosedRelease = fmt.Errorf("%w by %w", ErrReleased, ErrClosed)
 // cancelled request), and a release cut short would leave the lock in Redis,
 // no longer renewed, blocking everyone for the rest of its TTL.
 func (c *Client) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), c.cfg.releaseTimeout)
+	// context.Background (a common release context) has nothing to drop:
+	// WithoutCancel would cost an allocation for nothing.
+	if _, has := ctx.Deadline(); has || ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.cfg.releaseTimeout)
 }
 
 // checkUsable reports why no call may run now: a closed client, or a

@@ -35,7 +35,9 @@ type redisLock struct {
 	holdWarn time.Duration // report a hold this long (WithHoldWarning); 0: never
 	warned   atomic.Bool   // reported: once per lock
 
-	values context.Context // the acquirer's context without its cancellation
+	// acquirer is the acquirer's context: the lock's context is made from
+	// its values, without its cancellation, on the first call of Context.
+	acquirer context.Context
 
 	// releaseMu lets one Release run at a time, across its round trip.
 	// The lock order: releaseMu, then mu, then the renewer's mu (see
@@ -80,11 +82,7 @@ func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token st
 		l.maxHold, l.hold = ac.maxHold, sent.Add(ac.maxHold)
 	}
 	l.holdWarn = ac.holdWarn
-	// The lock's context keeps the values of the caller's (trace ids) but
-	// not its cancellation: the lock lives until it is released or lost.
-	// It carries the lock itself, so that FromContext on it finds this lock
-	// and not one the acquirer's context held.
-	l.values = NewContext(context.WithoutCancel(ctx), l)
+	l.acquirer = ctx
 	// Tracked before the deadline timer exists: a lease already over fires
 	// it at once, and its untrack must come after this track.
 	c.track(l)
@@ -129,7 +127,12 @@ func (l *redisLock) Context() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil {
-		l.ctx, l.cancel = context.WithCancelCause(l.values)
+		// The lock's context keeps the values of the acquirer's (trace
+		// ids) but not its cancellation: the lock lives until it is
+		// released or lost. It carries the lock itself, so that
+		// FromContext on it finds this lock and not one the acquirer's
+		// context held.
+		l.ctx, l.cancel = context.WithCancelCause(NewContext(context.WithoutCancel(l.acquirer), l))
 		if l.state != held {
 			l.cancel(l.cause)
 		}
@@ -143,7 +146,7 @@ func (l *redisLock) TTL(ctx context.Context) (time.Duration, error) {
 	if !l.is(held) {
 		return 0, opError("ttl", l.name, ErrNotHeld)
 	}
-	left, err := node.PTTL(l.keys, l.token).Run(ctx, l.c.rdb).Int64()
+	left, err := l.c.batch.Run(ctx, node.PTTL(l.keys, l.token)).Int64()
 	if err != nil {
 		return 0, opError("ttl", l.name, redisError(err))
 	}
@@ -291,7 +294,7 @@ func (c *Client) releaseScript(ctx context.Context, k node.Keys, token string, d
 // and the client's channels and fence lifetime.
 func (c *Client) releaseWith(ctx context.Context, k node.Keys, token string, a node.ReleaseArgs) (int64, error) {
 	a.Sharded, a.FenceLifetime = c.notify.channels.sharded(), c.cfg.fenceLifetime
-	return node.Release(k, token, a).Run(ctx, c.rdb).Int64()
+	return c.batch.Run(ctx, node.Release(k, token, a)).Int64()
 }
 
 // releaseRecordTTL is how long Redis keeps the record of a token's release, so
@@ -303,7 +306,7 @@ const releaseRecordTTL = 30 * time.Second
 // refreshScript runs the owner-checked refresh whatever the local state. It
 // reports what Redis answered; the caller confirms the lease.
 func (l *redisLock) refreshScript(ctx context.Context, ttl time.Duration) (bool, error) {
-	ok, err := node.Refresh(l.keys, l.token, ttl).Run(ctx, l.c.rdb).Int64()
+	ok, err := l.c.batch.Run(ctx, node.Refresh(l.keys, l.token, ttl)).Int64()
 	return err == nil && ok == 1, err
 }
 

@@ -8,9 +8,11 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +29,20 @@ type Keys struct {
 	QData   string // hash of waiter token -> client id, ttl, alive until, owner
 	Handoff string // prefix of the channels that tell a waiter it got the lock
 	Record  string // prefix of the release records, one per released token
+
+	// boxed holds Lock, Fence, Queue, QData and Handoff as interface
+	// values, boxed once in KeysOf for the acquire and the release of the
+	// lock rather than in every call.
+	boxed *[5]any
+}
+
+// box returns the keys as interface values for a call's arguments; a Keys
+// not made by KeysOf boxes them now.
+func (k Keys) box() *[5]any {
+	if k.boxed != nil {
+		return k.boxed
+	}
+	return &[5]any{k.Lock, k.Fence, k.Queue, k.QData, k.Handoff}
 }
 
 // Key suffixes after the lock's own key.
@@ -50,8 +66,10 @@ func KeysOf(prefix, name string) Keys {
 		off += len(s)
 		return s
 	}
-	return Keys{Lock: base, Fence: take(sufFence), Queue: take(sufQueue), QData: take(sufQData),
+	k := Keys{Lock: base, Fence: take(sufFence), Queue: take(sufQueue), QData: take(sufQData),
 		Handoff: take(sufHandoff), Record: take(sufRecord)}
+	k.boxed = &[5]any{k.Lock, k.Fence, k.Queue, k.QData, k.Handoff}
+	return k
 }
 
 // SharedPrefix starts the token of every shared (read) acquisition. Real
@@ -67,25 +85,96 @@ const ReadersMarker = "*readers"
 // IsShared reports whether token is a reader's.
 func IsShared(token string) bool { return strings.HasPrefix(token, SharedPrefix) }
 
-// Call is one run of a script: the script, its keys and its arguments.
+// Call is one run of a script: the script, and the whole EVALSHA command
+// ("evalsha", SHA, number of keys, keys, arguments), built once so that
+// sending it copies nothing (the acquire and release of an uncontended lock
+// are the hot path; see BenchmarkTryAcquireRelease).
 type Call struct {
 	script *redis.Script
-	keys   []string
 	args   []any
+	nkeys  int
+}
+
+// mkCall builds the call of s on its first nkeys vals as keys, the rest as
+// arguments.
+func mkCall(s *redis.Script, nkeys int, vals ...any) Call {
+	args := make([]any, 3+len(vals))
+	args[0], args[1], args[2] = "evalsha", shaOf(s), nkeys
+	copy(args[3:], vals)
+	return Call{script: s, args: args, nkeys: nkeys}
+}
+
+// shas holds each script's SHA as an interface value, boxed once rather
+// than on every call.
+var shas sync.Map // *redis.Script -> any(string)
+
+func shaOf(s *redis.Script) any {
+	if v, ok := shas.Load(s); ok {
+		return v
+	}
+	v, _ := shas.LoadOrStore(s, any(s.Hash()))
+	return v
+}
+
+// processor is what the Redis clients (and pipelines) that dlock is given
+// have beside redis.Scripter: sending a command built in advance.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// Keys returns the call's keys.
+func (c Call) Keys() []string {
+	keys := make([]string, c.nkeys)
+	for i := range keys {
+		keys[i], _ = c.args[3+i].(string)
+	}
+	return keys
+}
+
+// firstKey is the key a Cluster routes the call by.
+func (c Call) firstKey() string {
+	if c.nkeys == 0 {
+		return ""
+	}
+	k, _ := c.args[3].(string)
+	return k
+}
+
+func (c Call) cmd(ctx context.Context) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, c.args...)
+	if c.nkeys > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
 }
 
 // Run sends the call by SHA, and with its source after NOSCRIPT.
 func (c Call) Run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
-	return c.script.Run(ctx, rdb, c.keys, c.args...)
+	p, ok := rdb.(processor)
+	if !ok {
+		return c.script.Run(ctx, rdb, c.Keys(), c.args[3+c.nkeys:]...)
+	}
+	cmd := c.cmd(ctx)
+	_ = p.Process(ctx, cmd)
+	if isNoScript(cmd.Err()) {
+		return c.script.Eval(ctx, rdb, c.Keys(), c.args[3+c.nkeys:]...)
+	}
+	return cmd
 }
 
 // Queue adds the call to a pipeline: by SHA, or with its source (after the
 // pipeline's first try answered NOSCRIPT). Pipeline does both.
 func (c Call) Queue(ctx context.Context, pipe redis.Pipeliner, source bool) *redis.Cmd {
 	if source {
-		return c.script.Eval(ctx, pipe, c.keys, c.args...)
+		return c.script.Eval(ctx, pipe, c.Keys(), c.args[3+c.nkeys:]...)
 	}
-	return c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	cmd := c.cmd(ctx)
+	_ = pipe.Process(ctx, cmd)
+	return cmd
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
 // Reply is one call's reply from Pipeline, and when the pipeline that
@@ -124,7 +213,7 @@ func Pipeline(ctx context.Context, conn redis.Cmdable, calls []Call, then func(r
 	return replies
 }
 
-func noScript(r Reply) bool { return redis.HasErrorPrefix(r.Err(), "NOSCRIPT") }
+func noScript(r Reply) bool { return r.Cmd != nil && isNoScript(r.Err()) }
 
 // AcquireArgs are the acquire script's arguments besides the token.
 type AcquireArgs struct {
@@ -154,8 +243,9 @@ func Acquire(k Keys, token string, a AcquireArgs) Call {
 	if IsSem(token) {
 		return semAcquire(k, token, a)
 	}
-	return Call{pick(token, scripts.Acquire, scripts.AcquireShared), []string{k.Lock, k.Fence, k.Queue, k.QData, k.Record + token},
-		[]any{token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters)}}
+	b := k.box()
+	return mkCall(pick(token, scripts.Acquire, scripts.AcquireShared), 5, b[0], b[1], b[2], b[3], k.Record+token,
+		token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters))
 }
 
 // Grant is the acquire script's answer.
@@ -207,7 +297,7 @@ func Refresh(k Keys, token string, ttl time.Duration) Call {
 	if IsSem(token) {
 		return semRefresh(k, token, ms(ttl))
 	}
-	return Call{pick(token, scripts.Refresh, scripts.RefreshShared), []string{k.Lock}, []any{token, ms(ttl)}}
+	return mkCall(pick(token, scripts.Refresh, scripts.RefreshShared), 1, k.box()[0], token, ms(ttl))
 }
 
 // ReleaseArgs are the release script's arguments besides the token.
@@ -233,8 +323,9 @@ func Release(k Keys, token string, a ReleaseArgs) Call {
 	if IsSem(token) {
 		return semRelease(k, token, a)
 	}
-	return Call{pick(token, scripts.Release, scripts.ReleaseShared), []string{k.Lock, k.Fence, k.Queue, k.QData, k.Record + token},
-		[]any{token, ms(a.Record), flag(a.GiveUp), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime), ms(a.MinHold)}}
+	b := k.box()
+	return mkCall(pick(token, scripts.Release, scripts.ReleaseShared), 5, b[0], b[1], b[2], b[3], k.Record+token,
+		token, ms(a.Record), flag(a.GiveUp), b[4], flag(a.Sharded), ms(a.FenceLifetime), ms(a.MinHold))
 }
 
 // PTTL is the remaining lease of token's lock (or permit) in ms, -1 when
@@ -243,7 +334,7 @@ func PTTL(k Keys, token string) Call {
 	if IsSem(token) {
 		return semPTTL(k, token)
 	}
-	return Call{pick(token, scripts.PTTL, scripts.PTTLShared), []string{k.Lock}, []any{token}}
+	return mkCall(pick(token, scripts.PTTL, scripts.PTTLShared), 1, k.box()[0], token)
 }
 
 // pick returns the reader's script for a reader's token.

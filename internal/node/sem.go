@@ -47,22 +47,22 @@ func IsSemKey(key string) (lock string, ok bool) {
 
 func semAcquire(k Keys, token string, a AcquireArgs) Call {
 	s := k.Sem()
-	return Call{scripts.SemAcquire, []string{s.Permits, s.Data, k.Fence, s.Queue, s.QData, k.Record + token, k.Lock},
-		[]any{token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime),
-			a.Permits, k.Handoff, flag(a.Sharded)}}
+	return mkCall(scripts.SemAcquire, 7, s.Permits, s.Data, k.Fence, s.Queue, s.QData, k.Record+token, k.Lock,
+		token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime),
+		a.Permits, k.Handoff, flag(a.Sharded))
 }
 
 func semRefresh(k Keys, token string, ttl int64) Call {
 	s := k.Sem()
-	return Call{scripts.SemRefresh, []string{s.Permits, s.Data}, []any{token, ttl}}
+	return mkCall(scripts.SemRefresh, 2, s.Permits, s.Data, token, ttl)
 }
 
 func semRelease(k Keys, token string, a ReleaseArgs) Call {
 	s := k.Sem()
-	return Call{scripts.SemRelease, []string{s.Permits, s.Data, k.Fence, s.Queue, s.QData, k.Record + token},
-		[]any{token, ms(a.Record), flag(a.GiveUp), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime)}}
+	return mkCall(scripts.SemRelease, 6, s.Permits, s.Data, k.Fence, s.Queue, s.QData, k.Record+token,
+		token, ms(a.Record), flag(a.GiveUp), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime))
 }
 
 func semPTTL(k Keys, token string) Call {
-	return Call{scripts.SemPTTL, []string{k.Sem().Permits}, []any{token}}
+	return mkCall(scripts.SemPTTL, 1, k.Sem().Permits, token)
 }

@@ -14,8 +14,8 @@
 -- a fence not above it was sent before this attempt ran, and is stale), and
 -- {0, -3, 0} for a token its client gave up on.
 --
--- The free path is six commands (HMGET, GET, TIME, SET, HSET, PEXPIRE): it is
--- the path every uncontended lock takes.
+-- The free path is seven commands (EXISTS, HMGET, GET, TIME, SET, HSET,
+-- PEXPIRE): it is the path every uncontended lock takes.
 local key, fencekey, queue, qdata = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, owner, waiter = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 

@@ -1,0 +1,231 @@
+package node
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Batcher sends calls so that calls made while others to the same node are
+// on the way leave together, in one pipeline, instead of one round trip
+// each. It is the batching rueidis gets from writing whatever is queued on
+// its connection, without a timer: a call made while fewer than depth round
+// trips are out to its node leaves at once and alone, so nothing ever waits
+// for a batch to fill and a lone caller pays what a plain command does.
+// Calls made while depth round trips are out queue; when one of those comes
+// back, the caller that queued first takes every queued call (up to
+// maxBatch) and sends them as one pipeline, on its own goroutine: no
+// goroutine of the Batcher's own runs. A busy Redis spends most of its time
+// on a system call per request; a pipeline of n calls costs it about one.
+//
+// Every call keeps what sending it alone gives it: the NOSCRIPT fallback
+// (Pipeline), the routing and redirects of a Cluster (go-redis' cluster
+// pipeline; the lanes only group calls by the node that serves their key),
+// and go-redis' re-sending after a network error, which every dlock script
+// is written to survive. A call still queued when its context ends is taken
+// out and answered with the context's error, never sent; one already in a
+// pipeline waits for the pipeline's reply, as a command on the wire does,
+// and the pipeline runs on the latest deadline of its calls.
+type Batcher struct {
+	rdb     redis.UniversalClient
+	cluster *redis.ClusterClient // nil unless rdb is a Cluster client
+	depth   int
+
+	mu    sync.Mutex
+	lanes map[string]*lane // by node address, in a Cluster
+	one   lane             // the only lane otherwise
+}
+
+// maxBatch bounds the calls of one pipeline, so that the first of a long
+// queue does not wait for the replies of hundreds behind it.
+const maxBatch = 128
+
+// lane is the calls to one node: how many round trips are out, and the
+// calls waiting for one to come back.
+type lane struct {
+	mu      sync.Mutex
+	out     int
+	waiting []*pending
+}
+
+// pending is a queued call. turn receives nil when the call's reply is in
+// cmd, or the batch to send when the call leads it.
+type pending struct {
+	ctx  context.Context
+	call Call
+	cmd  *redis.Cmd
+	turn chan []*pending
+}
+
+var pendings = sync.Pool{New: func() any { return &pending{turn: make(chan []*pending, 1)} }}
+
+// NewBatcher returns a Batcher that keeps at most depth round trips out to
+// each node before calls wait and leave together. depth < 1 turns batching
+// off: every call is sent alone, at once.
+func NewBatcher(rdb redis.UniversalClient, depth int) *Batcher {
+	b := &Batcher{rdb: rdb, depth: depth}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		b.cluster, b.lanes = cc, map[string]*lane{}
+	}
+	return b
+}
+
+// Run sends call and returns its reply, as call.Run does.
+func (b *Batcher) Run(ctx context.Context, call Call) *redis.Cmd {
+	if b.depth < 1 {
+		return call.Run(ctx, b.rdb)
+	}
+	ln := b.laneOf(ctx, call)
+	if ln == nil {
+		return call.Run(ctx, b.rdb)
+	}
+	ln.mu.Lock()
+	if ln.out < b.depth {
+		ln.out++
+		ln.mu.Unlock()
+		cmd := call.Run(ctx, b.rdb)
+		b.next(ln)
+		return cmd
+	}
+	p := pendings.Get().(*pending)
+	p.ctx, p.call = ctx, call
+	ln.waiting = append(ln.waiting, p)
+	ln.mu.Unlock()
+
+	var batch []*pending
+	select {
+	case batch = <-p.turn:
+	case <-ctx.Done():
+		ln.mu.Lock()
+		if i := slices.Index(ln.waiting, p); i >= 0 {
+			// Still queued: nothing was sent, so nothing can have run.
+			ln.waiting = slices.Delete(ln.waiting, i, i+1)
+			ln.mu.Unlock()
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(context.Cause(ctx))
+			p.release()
+			return cmd
+		}
+		ln.mu.Unlock()
+		batch = <-p.turn // taken into a batch: its reply is coming
+	}
+	if batch != nil {
+		b.send(ln, batch)
+	}
+	cmd := p.cmd
+	p.release()
+	return cmd
+}
+
+func (p *pending) release() {
+	p.ctx, p.call, p.cmd = nil, Call{}, nil
+	pendings.Put(p)
+}
+
+// laneOf returns the lane of the node that serves call's first key, or nil
+// when a Cluster client cannot tell it now (the call then goes alone and
+// go-redis routes it).
+func (b *Batcher) laneOf(ctx context.Context, call Call) *lane {
+	if b.cluster == nil {
+		return &b.one
+	}
+	key := call.firstKey()
+	if key == "" {
+		return nil
+	}
+	master, err := b.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return nil
+	}
+	addr := master.Options().Addr
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ln := b.lanes[addr]
+	if ln == nil {
+		ln = &lane{}
+		b.lanes[addr] = ln
+	}
+	return ln
+}
+
+// send sends batch as one pipeline (its first call leads: it is the caller
+// of send), hands every other call its reply, then passes the round trip on.
+func (b *Batcher) send(ln *lane, batch []*pending) {
+	if len(batch) == 1 {
+		batch[0].cmd = batch[0].call.Run(batch[0].ctx, b.rdb)
+	} else {
+		calls := make([]Call, len(batch))
+		for i, p := range batch {
+			calls[i] = p.call
+		}
+		ctx, cancel := batchContext(batch)
+		replies := Pipeline(ctx, b.rdb, calls, nil)
+		cancel()
+		batch[0].cmd = replies[0].Cmd
+		for i, p := range batch[1:] {
+			p.cmd = replies[i+1].Cmd
+			p.turn <- nil // p may be reused once told: not touched after
+		}
+	}
+	b.next(ln)
+}
+
+// next is called when a round trip of ln came back: the calls queued
+// meanwhile leave together, led by the first of them, or the lane has one
+// round trip fewer out.
+func (b *Batcher) next(ln *lane) {
+	ln.mu.Lock()
+	if len(ln.waiting) == 0 {
+		ln.out--
+		ln.mu.Unlock()
+		return
+	}
+	n := min(len(ln.waiting), maxBatch)
+	batch := ln.waiting[:n:n]
+	if n == len(ln.waiting) {
+		ln.waiting = nil
+	} else {
+		ln.waiting = slices.Clone(ln.waiting[n:])
+	}
+	ln.mu.Unlock()
+	batch[0].turn <- batch
+}
+
+// batchContext is the context a pipeline of batch runs on: the values of
+// the first call's, none of the calls' cancellations (the others' replies
+// must not be lost with it), and the latest of their deadlines, if they all
+// have one.
+func batchContext(batch []*pending) (context.Context, context.CancelFunc) {
+	var last time.Time
+	for _, p := range batch {
+		d, ok := p.ctx.Deadline()
+		if !ok {
+			return context.WithoutCancel(batch[0].ctx), func() {}
+		}
+		if d.After(last) {
+			last = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), last)
+}
+
+// Queued returns how many calls wait for a round trip to come back, over
+// every lane: tests use it to know a batch is forming instead of sleeping.
+func (b *Batcher) Queued() int {
+	n := b.one.queued()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ln := range b.lanes {
+		n += ln.queued()
+	}
+	return n
+}
+
+func (ln *lane) queued() int {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return len(ln.waiting)
+}
