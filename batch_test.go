@@ -179,4 +179,3 @@ func TestBatchedPipelineSentTwice(t *testing.T) {
 		}
 	}
 }
-
