@@ -17,6 +17,8 @@ import (
 //
 // A session's connection and its reading goroutine exist only while some
 // channel of the session is subscribed: an idle Client runs no goroutine.
+// The reader also keeps its channels subscribed where releases publish
+// through reconnects, slot migrations and failovers (see read).
 type notifier struct {
 	channels channels
 

@@ -43,7 +43,7 @@ func (sess *session) unsubscribe(chans channels, channel string) {
 // nothing read the reader sends a PING, and when nothing at all arrives in
 // the pongPeriods periods after it, the connection counts as dead (hung:
 // blackholed, or a server that stopped answering on it) and is replaced. A
-// broken connection needs no check: go-redis reconnects it on the next read.
+// broken connection needs no check: it fails the read (see broken).
 //
 // Why these values. A silent session costs one PING a second, nothing while
 // messages flow; a waiter already runs a script in Redis about once a
