@@ -161,7 +161,7 @@ func (n *notifier) broken(sess *session) {
 	if !n.channels.sharded() {
 		return
 	}
-	if n.follow(sess) {
+	if n.follow(sess, false) {
 		n.replace(sess)
 	}
 }
@@ -238,7 +238,7 @@ func (n *notifier) lost(sess *session, channel string) {
 		n.replace(sess)
 		return
 	}
-	if !n.follow(sess) {
+	if !n.follow(sess, true) {
 		return
 	}
 	n.mu.Lock()
@@ -253,9 +253,12 @@ func (n *notifier) lost(sess *session, channel string) {
 // follow moves the channels of sess whose slot another node serves now, as
 // far as the Client's slot map knows (follow asks for a reload first; one
 // that is not in yet is caught by the next MOVED, sunsubscribe or audit),
-// to that node's session. A session left without channels ends. follow
-// reports whether sess still serves channels.
-func (n *notifier) follow(sess *session) bool {
+// to that node's session. A session left without channels ends. With tidy,
+// the moved channels are unsubscribed on sess's connection, so that go-redis
+// does not subscribe them there again when it reconnects; without, the
+// caller replaces that connection, which may be dead: no write waits on it.
+// follow reports whether sess still serves channels.
+func (n *notifier) follow(sess *session, tidy bool) bool {
 	ctx, cancel := context.WithTimeout(sess.ctx, healthPeriod)
 	defer cancel()
 	n.channels.reload(ctx)
@@ -264,23 +267,26 @@ func (n *notifier) follow(sess *session) bool {
 		n.mu.Unlock()
 		return false
 	}
+	var moved []*subscription
 	remain := 0
 	for ch, s := range n.subs {
 		if s.session != sess.key {
 			continue
 		}
-		key, err := n.channels.sessionOf(ctx, ch)
-		if err != nil || key == sess.key {
+		if key, err := n.channels.sessionOf(ctx, ch); err == nil && key != sess.key {
+			s.session, s.live = key, false
+			moved = append(moved, s)
+		} else {
 			remain++
-			continue
 		}
-		s.session, s.live = key, false
-		sess.unsubscribe(n.channels, ch)
-		if err := n.attach(ctx, s); err != nil {
-			// Its new session exists and failed the write: that
-			// session's reader repairs it, and the audit finds the
-			// channel if not.
-			continue
+	}
+	for _, s := range moved {
+		// An error leaves the channel with its new session all the same:
+		// go-redis keeps it on that connection and subscribes it again
+		// when it reconnects; the audit finds it if not.
+		_ = n.attach(ctx, s)
+		if tidy && remain > 0 {
+			sess.unsubscribe(n.channels, s.channel)
 		}
 	}
 	if remain > 0 {
