@@ -329,3 +329,36 @@ func TestSentinelFailoverHandOffByMessage(t *testing.T) {
 	took := handOffs(t, w, other, scripts, queueOn(primary), name, h, res)
 	t.Logf("%s: hand-off by message %v after the failover", name, took.Round(10*time.Microsecond))
 }
+
+// (d) A Cluster failover while W waits on two slots of the primary: the
+// replica takes the slots over, and the channels must be subscribed where
+// releases publish now, on the new primary.
+func TestClusterFailoverHandOffByMessage(t *testing.T) {
+	cs := redistest.StartCluster(t)
+	cc := cs.ClusterClient(t)
+	w, scripts := clusterWaiter(t, cs)
+	other := newLocker(t, cs.ClusterClient(t))
+	queue := func(name string) int64 { return cc.ZCard(bg, "dlock:{"+name+"}:q").Val() }
+	a, b, old := twoSlotsOnOneNode(t, cc, "failover")
+
+	ha := mustAcquire(t, other, a, dlock.WithTTL(10*time.Second))
+	hb := mustAcquire(t, other, b, dlock.WithTTL(10*time.Second))
+	resA := acquireAsync(w, a, waitOpts...)
+	resB := acquireAsync(w, b, waitOpts...)
+	waitFor(t, "W queued for a and b", func() bool { return queue(a) == 1 && queue(b) == 1 })
+	chA, chB := handoffChannel(t, old, a, true), handoffChannel(t, old, b, true)
+
+	start := time.Now()
+	primary, err := cs.FailoverReplicaOf(bg, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switched := time.Now()
+	t.Logf("cluster failover from %s to %s in %v", old, primary, switched.Sub(start).Round(time.Millisecond))
+	resubscribed(t, "a", primary, chA, true, switched)
+	resubscribed(t, "b", primary, chB, true, switched)
+	took := handOffs(t, w, other, scripts, queue, a, ha, resA)
+	t.Logf("a: hand-off by message %v after the failover", took.Round(10*time.Microsecond))
+	took = handOffs(t, w, other, scripts, queue, b, hb, resB)
+	t.Logf("b: hand-off by message %v after the failover", took.Round(10*time.Microsecond))
+}
