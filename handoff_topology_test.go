@@ -1,8 +1,10 @@
 package dlock_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -157,6 +159,27 @@ func resubscribed(t *testing.T, what, addr, channel string, sharded bool, since 
 	t.Logf("%s: %s subscribed on %s %v after the change", what, channel, addr, time.Since(since).Round(time.Millisecond))
 }
 
+// pubsubReaders counts the goroutines that read a pub/sub session, of any
+// Client of this test binary.
+func pubsubReaders() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return bytes.Count(buf[:n], []byte("dlock.(*notifier).read("))
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// idleAfterLinger checks that once nobody waits and the channels stopped
+// lingering, no session reader is left, the ones the repairs started
+// included: an idle Client runs no goroutine.
+func idleAfterLinger(t *testing.T) {
+	t.Helper()
+	waitFor(t, "no pub/sub session reader once nobody waits", func() bool { return pubsubReaders() == 0 })
+}
+
 // clusterWaiter is W: a dlock client on a Cluster whose scripts are counted.
 func clusterWaiter(t *testing.T, cs *redistest.ClusterSetup) (*dlock.Client, *namedScripts) {
 	t.Helper()
@@ -227,6 +250,7 @@ func TestClusterPubSubKilledHandOffByMessage(t *testing.T) {
 	t.Logf("a: hand-off by message %v after the kill", took.Round(10*time.Microsecond))
 	took = handOffs(t, w, other, scripts, queue, b, hb, resB)
 	t.Logf("b: hand-off by message %v after the kill", took.Round(10*time.Microsecond))
+	idleAfterLinger(t)
 }
 
 // (b) The slot of a waited-on name migrates to another primary. The old
@@ -269,6 +293,7 @@ func TestClusterSlotMigrationHandOffByMessage(t *testing.T) {
 	t.Logf("a: hand-off by message %v after the migration", took.Round(10*time.Microsecond))
 	took = handOffs(t, w, other, scripts, queue, b, hb, resB)
 	t.Logf("b: hand-off by message %v after the migration", took.Round(10*time.Microsecond))
+	idleAfterLinger(t)
 }
 
 // writesLandOn waits until a write through rdb reaches the server at addr:
@@ -328,6 +353,7 @@ func TestSentinelFailoverHandOffByMessage(t *testing.T) {
 	resubscribed(t, name, primary, ch, false, switched)
 	took := handOffs(t, w, other, scripts, queueOn(primary), name, h, res)
 	t.Logf("%s: hand-off by message %v after the failover", name, took.Round(10*time.Microsecond))
+	idleAfterLinger(t)
 }
 
 // (d) A Cluster failover while W waits on two slots of the primary: the
@@ -361,4 +387,5 @@ func TestClusterFailoverHandOffByMessage(t *testing.T) {
 	t.Logf("a: hand-off by message %v after the failover", took.Round(10*time.Microsecond))
 	took = handOffs(t, w, other, scripts, queue, b, hb, resB)
 	t.Logf("b: hand-off by message %v after the failover", took.Round(10*time.Microsecond))
+	idleAfterLinger(t)
 }
