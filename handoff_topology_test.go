@@ -389,3 +389,37 @@ func TestClusterFailoverHandOffByMessage(t *testing.T) {
 	t.Logf("b: hand-off by message %v after the failover", took.Round(10*time.Microsecond))
 	idleAfterLinger(t)
 }
+
+// (a') The same kill outside a Cluster: go-redis' own resubscribe, one
+// SUBSCRIBE of every channel, is enough there (this passes on main too; it
+// keeps the plain path honest now that the Cluster path repairs itself).
+func TestPubSubKilledHandOffByMessage(t *testing.T) {
+	srv := redistest.Start(t)
+	wrdb := srv.Client(t)
+	scripts := &namedScripts{}
+	wrdb.AddHook(scripts)
+	w := newLocker(t, wrdb)
+	other := newClients(t, srv, 1)[0]
+	rdb := srv.Client(t)
+	queue := func(name string) int64 { return rdb.ZCard(bg, "dlock:{"+name+"}:q").Val() }
+	const a, b = "plain-killed-a", "plain-killed-b"
+
+	ha := mustAcquire(t, other, a, dlock.WithTTL(10*time.Second))
+	hb := mustAcquire(t, other, b, dlock.WithTTL(10*time.Second))
+	resA := acquireAsync(w, a, waitOpts...)
+	resB := acquireAsync(w, b, waitOpts...)
+	waitFor(t, "W queued for a and b", func() bool { return queue(a) == 1 && queue(b) == 1 })
+	chA, chB := handoffChannel(t, srv.Addr, a, false), handoffChannel(t, srv.Addr, b, false)
+
+	killed := time.Now()
+	if n, err := rdb.ClientKillByFilter(bg, "TYPE", "pubsub").Result(); err != nil || n != 1 {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %d killed, %v; want W's one connection", n, err)
+	}
+	resubscribed(t, "a", srv.Addr, chA, false, killed)
+	resubscribed(t, "b", srv.Addr, chB, false, killed)
+	took := handOffs(t, w, other, scripts, queue, a, ha, resA)
+	t.Logf("a: hand-off by message %v after the kill", took.Round(10*time.Microsecond))
+	took = handOffs(t, w, other, scripts, queue, b, hb, resB)
+	t.Logf("b: hand-off by message %v after the kill", took.Round(10*time.Microsecond))
+	idleAfterLinger(t)
+}
