@@ -15,7 +15,8 @@ import (
 // message then stays on the shard of its lock instead of being broadcast
 // over the cluster bus to every node. A shard channel can only be
 // subscribed on the node that serves its slot, so the notifier keeps one
-// session (connection) per primary that has waiters of this process.
+// session (connection) per primary that has waiters of this process, and
+// moves a channel to another session when its slot moves (see follow).
 type channels interface {
 	// sharded reports whether releases publish with SPUBLISH.
 	sharded() bool
@@ -29,6 +30,14 @@ type channels interface {
 	// subscribe and unsubscribe change what an open connection listens to.
 	subscribe(ctx context.Context, ps *redis.PubSub, channel string) error
 	unsubscribe(ctx context.Context, ps *redis.PubSub, channel string) error
+	// subscribers counts the subscribers of channel on the server that a
+	// release publishes to, asked on a command connection: where the
+	// Client's commands go now, which after a failover or a migration is not
+	// always where a session's connection went.
+	subscribers(ctx context.Context, channel string) (int64, error)
+	// reload has the Client learn anew which node serves which slot; it
+	// returns before the answer is in. Nothing to learn outside a Cluster.
+	reload(ctx context.Context)
 }
 
 func channelsOf(rdb redis.UniversalClient) channels {
@@ -56,6 +65,13 @@ func (plainChannels) subscribe(ctx context.Context, ps *redis.PubSub, channel st
 func (plainChannels) unsubscribe(ctx context.Context, ps *redis.PubSub, channel string) error {
 	return ps.Unsubscribe(ctx, channel)
 }
+
+func (p plainChannels) subscribers(ctx context.Context, channel string) (int64, error) {
+	m, err := p.rdb.PubSubNumSub(ctx, channel).Result()
+	return m[channel], err
+}
+
+func (plainChannels) reload(context.Context) {}
 
 // shardChannels: SSUBSCRIBE and SPUBLISH, one session per primary.
 type shardChannels struct{ cluster *redis.ClusterClient }
@@ -88,3 +104,17 @@ func (shardChannels) subscribe(ctx context.Context, ps *redis.PubSub, channel st
 func (shardChannels) unsubscribe(ctx context.Context, ps *redis.PubSub, channel string) error {
 	return ps.SUnsubscribe(ctx, channel)
 }
+
+func (s shardChannels) subscribers(ctx context.Context, channel string) (int64, error) {
+	primary, err := s.cluster.MasterForKey(ctx, channel)
+	if err != nil {
+		return 0, err
+	}
+	m, err := primary.PubSubShardNumSub(ctx, channel).Result()
+	return m[channel], err
+}
+
+// reload starts a reload of the slot map in the background (go-redis runs
+// at most one at a time, and one more after a 200 ms pause when asked
+// meanwhile).
+func (s shardChannels) reload(ctx context.Context) { s.cluster.ReloadState(ctx) }

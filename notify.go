@@ -17,6 +17,8 @@ import (
 //
 // A session's connection and its reading goroutine exist only while some
 // channel of the session is subscribed: an idle Client runs no goroutine.
+// The reader also keeps its channels subscribed where releases publish
+// through reconnects, slot migrations and failovers (see read).
 type notifier struct {
 	channels channels
 
@@ -34,6 +36,11 @@ type subscription struct {
 	refs    int
 	ready   chan struct{} // closed when Redis confirmed the subscription
 	isReady bool
+	// live: confirmed on the connection that serves the channel now. A
+	// replaced connection or a move to another session clears it; the
+	// audit (see audit) checks only live channels, whose absence on the
+	// server then means a subscription lost, not one still on its way.
+	live bool
 	// outs has a channel per waiter listening (see listen), each given
 	// every payload; a slow one loses its oldest, never blocks the reader.
 	outs   []chan string
@@ -70,19 +77,28 @@ func (n *notifier) subscribe(ctx context.Context, channel string) (*subscription
 		return nil, err
 	}
 	s := &subscription{channel: channel, session: key, refs: 1, ready: make(chan struct{})}
-	// The SUBSCRIBE is written under mu, so it cannot overtake the
-	// UNSUBSCRIBE of an earlier subscription of the same channel.
-	if sess := n.sessions[key]; sess == nil {
-		sctx, stop := context.WithCancel(context.Background())
-		sess = &session{key: key, ps: n.channels.open(ctx, []string{channel}), stop: stop, ctx: sctx}
-		n.sessions[key] = sess
-		n.wg.Add(1)
-		go n.read(sess)
-	} else if err := n.channels.subscribe(ctx, sess.ps, channel); err != nil {
+	if err := n.attach(ctx, s); err != nil {
 		return nil, err
 	}
 	n.subs[channel] = s
 	return s, nil
+}
+
+// attach subscribes s's channel on the session s.session, which it starts
+// when there is none. Called under mu: the SUBSCRIBE cannot overtake the
+// UNSUBSCRIBE of an earlier subscription of the same channel.
+func (n *notifier) attach(ctx context.Context, s *subscription) error {
+	sess := n.sessions[s.session]
+	if sess == nil {
+		sctx, stop := context.WithCancel(context.Background())
+		sess = &session{key: s.session, ps: n.channels.open(ctx, []string{s.channel}), stop: stop, ctx: sctx,
+			unsubs: map[string]int{}}
+		n.sessions[s.session] = sess
+		n.wg.Add(1)
+		go n.read(sess)
+		return nil
+	}
+	return n.channels.subscribe(ctx, sess.ps, s.channel)
 }
 
 // unsubscribe drops one reference; the channel is unsubscribed after the
@@ -112,7 +128,7 @@ func (n *notifier) expire(s *subscription) {
 	for _, other := range n.subs {
 		if other.session == s.session {
 			// The session still serves others: drop only this channel.
-			_ = n.channels.unsubscribe(context.Background(), sess.ps, s.channel)
+			sess.unsubscribe(n.channels, s.channel)
 			n.mu.Unlock()
 			return
 		}
@@ -147,10 +163,18 @@ func (n *notifier) close() {
 	n.wg.Wait()
 }
 
-func (n *notifier) markReady(channel string) {
+// markReady records Redis' confirmation of channel on sess's connection. A
+// confirmation read on a session that no longer serves the channel (it
+// moved meanwhile) says nothing about where it is served now.
+func (n *notifier) markReady(sess *session, channel string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if s := n.subs[channel]; s != nil && !s.isReady {
+	s := n.subs[channel]
+	if s == nil || s.session != sess.key {
+		return
+	}
+	s.live = true
+	if !s.isReady {
 		s.isReady = true
 		close(s.ready)
 	}

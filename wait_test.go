@@ -329,8 +329,11 @@ func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // not round trips of the lock.
 func handshake(cmd redis.Cmder) bool {
 	name := cmd.Name()
-	// info and config: the client's one background check of the server.
-	return name == "hello" || name == "client" || name == "auth" || name == "select" || name == "info" || name == "config"
+	// info and config: the client's one background check of the server;
+	// pubsub: a session's check of its subscriptions, once a second on a
+	// timer of its own while anyone waits (session.go).
+	return name == "hello" || name == "client" || name == "auth" || name == "select" || name == "info" || name == "config" ||
+		name == "pubsub"
 }
 
 // contendDo runs rounds of Do on name from a goroutine per client (a

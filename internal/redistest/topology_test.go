@@ -169,6 +169,31 @@ func TestCluster(t *testing.T) {
 		}
 	}
 
+	// A slot moves with its keys; the client follows the MOVED replies.
+	slot := int(rdb.ClusterKeySlot(ctx, "a:0").Val())
+	from := ""
+	for _, addr := range cs.Addrs {
+		if n, _ := cs.Node(addr).Client(t).Exists(ctx, "a:0").Result(); n == 1 {
+			from = addr
+		}
+	}
+	to := cs.Addrs[0]
+	if to == from {
+		to = cs.Addrs[1]
+	}
+	start = time.Now()
+	if got, err := cs.MigrateSlot(ctx, slot, to); err != nil || got != from {
+		t.Fatalf("MigrateSlot(%d, %s) = %s, %v; want it moved from %s", slot, to, got, err, from)
+	}
+	t.Logf("slot %d moved from %s to %s in %v", slot, from, to, time.Since(start).Round(time.Millisecond))
+	if v, err := cs.Node(to).Client(t).Get(ctx, "a:0").Result(); err != nil || v != "a:0" {
+		t.Fatalf("a:0 on the new owner %s: %q, %v", to, v, err)
+	}
+	if _, err := cs.MigrateSlot(ctx, slot, to); err == nil {
+		t.Fatal("MigrateSlot to the node that owns the slot: no error")
+	}
+	write("a", 0)
+
 	start = time.Now()
 	old := cs.Addrs[0]
 	promoted, err := cs.FailoverReplicaOf(ctx, old)
