@@ -284,3 +284,41 @@ func TestBatcherLeaderCancelledKeepsOthersReplies(t *testing.T) {
 		}
 	}
 }
+
+// In a Cluster, calls are grouped by the node that serves their key: a
+// batch never waits on another node's round trip, and each call still
+// reaches its own node (go-redis' cluster pipeline routes it).
+func TestBatcherClusterLanes(t *testing.T) {
+	cs := redistest.StartCluster(t, redistest.WithReplicas(0))
+	rdb := cs.ClusterClient(t)
+	b := NewBatcher(rdb, 1)
+	ctx := context.Background()
+	const n = 64
+	cmds := make([]*redis.Cmd, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmds[i] = b.Run(ctx, acquireCall(fmt.Sprint("cl", i)))
+		}()
+	}
+	wg.Wait()
+	for i, cmd := range cmds {
+		if gr := grantOf(t, cmd); !gr.OK {
+			t.Fatalf("call %d not granted: %+v", i, gr)
+		}
+		if n, err := rdb.Exists(ctx, KeysOf("batch:", fmt.Sprint("cl", i)).Lock).Result(); err != nil || n != 1 {
+			t.Fatalf("lock of call %d not in Redis: %d, %v", i, n, err)
+		}
+	}
+	b.mu.Lock()
+	lanes := len(b.lanes)
+	b.mu.Unlock()
+	if lanes != len(cs.Addrs) {
+		t.Fatalf("%d lanes for %d primaries", lanes, len(cs.Addrs))
+	}
+	if q := b.Queued(); q != 0 {
+		t.Fatalf("%d calls left queued", q)
+	}
+}
