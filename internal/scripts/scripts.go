@@ -51,20 +51,20 @@ var (
 // The scripts. Their contracts (keys, arguments, replies) are at the top of
 // each .lua file.
 var (
-	Acquire = redis.NewScript(commonSrc + acquireSrc)
-	Release = redis.NewScript(commonSrc + releaseSrc)
-	Refresh = redis.NewScript(commonSrc + refreshSrc)
+	Acquire = redis.NewScript(link(commonSrc, acquireSrc))
+	Release = redis.NewScript(link(commonSrc, releaseSrc))
+	Refresh = redis.NewScript(link(commonSrc, refreshSrc))
 	PTTL    = redis.NewScript(pttlSrc)
 
 	// A reader's (read-write locks): chosen by its token's prefix.
-	AcquireShared = redis.NewScript(commonSrc + acquireSharedSrc)
-	ReleaseShared = redis.NewScript(commonSrc + releaseSharedSrc)
-	RefreshShared = redis.NewScript(commonSrc + refreshSharedSrc)
-	PTTLShared    = redis.NewScript(commonSrc + pttlSharedSrc)
+	AcquireShared = redis.NewScript(link(commonSrc, acquireSharedSrc))
+	ReleaseShared = redis.NewScript(link(commonSrc, releaseSharedSrc))
+	RefreshShared = redis.NewScript(link(commonSrc, refreshSharedSrc))
+	PTTLShared    = redis.NewScript(link(commonSrc, pttlSharedSrc))
 
 	// The semaphore's (Permits): their own keys, apart from the lock hash.
-	SemAcquire = redis.NewScript(commonSrc + semCommonSrc + semAcquireSrc)
-	SemRelease = redis.NewScript(commonSrc + semCommonSrc + semReleaseSrc)
-	SemRefresh = redis.NewScript(commonSrc + semCommonSrc + semRefreshSrc)
+	SemAcquire = redis.NewScript(link(commonSrc+semCommonSrc, semAcquireSrc))
+	SemRelease = redis.NewScript(link(commonSrc+semCommonSrc, semReleaseSrc))
+	SemRefresh = redis.NewScript(link(commonSrc+semCommonSrc, semRefreshSrc))
 	SemPTTL    = redis.NewScript(semPTTLSrc)
 )
