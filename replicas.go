@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,8 +21,44 @@ import (
 // window in which asynchronous replication can give the lock to two holders
 // narrows to writes lost after the acknowledgement. Renewals are not
 // confirmed this way.
+//
+// timeout must be below the redis client's ReadTimeout: with no
+// acknowledgement WAIT answers only when timeout ends, and a read that times
+// out first reports neither the count nor the grant. Such a timeout is
+// refused with ErrInvalidOption when the lock is acquired. Whenever the
+// pipeline fails after the script may have run, the grant is given back by
+// token.
 func WithReplicas(n int, timeout time.Duration) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.replicas, c.replicaWait = n, timeout })
+}
+
+// checkReplicaWait refuses a replica wait that go-redis' read timeout would
+// cut short. WAIT answers only when its timeout ends, so with no
+// acknowledgement the reply comes after the read timeout: go-redis reports
+// an i/o timeout instead of the count and re-sends script and WAIT (a
+// pipeline is retried after a timeout), and the caller waits several read
+// timeouts for an error, where it asked for a short ErrNotReplicated. A
+// warning would be read after the first incident; refused at the first
+// acquisition, the mistake shows in the first test run, with both values.
+func (c *Client) checkReplicaWait(ac acquireConfig) error {
+	if ac.replicas == 0 {
+		return nil
+	}
+	var rt time.Duration
+	switch r := c.rdb.(type) {
+	case *redis.Client:
+		rt = r.Options().ReadTimeout
+	case *redis.ClusterClient:
+		rt = r.Options().ReadTimeout
+	case *redis.Ring:
+		rt = r.Options().ReadTimeout
+	}
+	// 0 or below after go-redis filled its defaults: no read deadline.
+	if rt > 0 && ac.replicaWait >= rt {
+		return fmt.Errorf("%w: WithReplicas(%d, %v) is not below the client's read timeout %v: the read would time out before Redis answers WAIT; wait less (leave a round trip of room) or raise the redis client's ReadTimeout",
+			ErrInvalidOption, ac.replicas, ac.replicaWait, rt)
+	}
+	return nil
 }
 
 // refreshWithWait refreshes a handed-over lock and waits for replicas in one
