@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -81,15 +83,48 @@ func (c *Client) refreshWithWait(ctx context.Context, l *redisLock, ac acquireCo
 // withWait sends call and WAIT in one pipeline on the connection of key's
 // node, and returns the call's reply and the number of replicas that
 // acknowledged.
+//
+// In a Cluster the pipeline goes to one node client, not through the
+// ClusterClient (which would send the script alone to a new node after a
+// redirect, and WAIT to the old one), so redirects are followed here: a
+// MOVED or ASK reply means the node refused the script before running it,
+// and the pipeline is sent once more, whole, to the node named. Once more
+// only, and on ctx: a slot that keeps moving is the caller's error to see.
 func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, call node.Call) (any, int64, error) {
-	var conn redis.Cmdable = c.rdb
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		primary, err := cc.MasterForKey(ctx, key)
-		if err != nil {
-			return nil, 0, err
-		}
-		conn = primary
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return sendWithWait(ctx, c.rdb, ac, call)
 	}
+	primary, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	res, acked, err := sendWithWait(ctx, primary, ac, call)
+	if err == nil {
+		return res, acked, nil
+	}
+	moved, ask, addr := redirected(err)
+	if !moved && !ask {
+		if !isServerReply(err) {
+			// A dead or unreachable primary: the next attempt should
+			// find its successor, not wait for the reload interval.
+			cc.ReloadState(ctx)
+		}
+		return nil, 0, err
+	}
+	next, ferr := redirectTarget(ctx, cc, key, primary, ask, addr)
+	if ferr != nil {
+		return nil, 0, fmt.Errorf("%w (following it: %v)", err, ferr)
+	}
+	var conn redis.Cmdable = next
+	if ask {
+		conn = askingConn{next}
+	}
+	return sendWithWait(ctx, conn, ac, call)
+}
+
+// sendWithWait is withWait on one connection.
+func sendWithWait(ctx context.Context, conn redis.Cmdable, ac acquireConfig, call node.Call) (any, int64, error) {
 	var wait *redis.Cmd // of the last pipeline sent
 	reply := node.Pipeline(ctx, conn, []node.Call{call}, func(pipe redis.Pipeliner) {
 		wait = pipe.Do(ctx, "WAIT", ac.replicas, ms(ac.replicaWait))
@@ -102,6 +137,63 @@ func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, cal
 	// instead of stranding it.
 	acked, _ := wait.Int64()
 	return reply.Val(), acked, nil
+}
+
+// redirected reads a MOVED or ASK error reply: "MOVED 3999 127.0.0.1:6381".
+func redirected(err error) (moved, ask bool, addr string) {
+	if !isServerReply(err) {
+		return false, false, ""
+	}
+	f := strings.Fields(err.Error())
+	if len(f) != 3 {
+		return false, false, ""
+	}
+	return f[0] == "MOVED", f[0] == "ASK", f[2]
+}
+
+// redirectTarget returns the node client to send to after a redirect away
+// from the node client from. After MOVED the slot map is stale: it is
+// reloaded now and asked again (ForEachMaster reloads it before it
+// iterates, where ReloadState only schedules a reload). After ASK the slot
+// is being migrated and the map is right: the node is the one at addr.
+func redirectTarget(ctx context.Context, cc *redis.ClusterClient, key string, from *redis.Client, ask bool, addr string) (*redis.Client, error) {
+	var mu sync.Mutex
+	var target *redis.Client
+	err := cc.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
+		if ask && n.Options().Addr == addr {
+			mu.Lock()
+			target = n
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if ask {
+		if target == nil {
+			return nil, fmt.Errorf("no primary at %s in the slot map", addr)
+		}
+		return target, nil
+	}
+	target, err = cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if target == from {
+		return nil, errors.New("the reloaded slot map names the same node")
+	}
+	return target, nil
+}
+
+// askingConn sends ASKING first in every pipeline, so that the node
+// importing a slot serves the script that follows it.
+type askingConn struct{ *redis.Client }
+
+func (a askingConn) Pipeline() redis.Pipeliner {
+	p := a.Client.Pipeline()
+	p.Do(context.Background(), "ASKING")
+	return p
 }
 
 // checkReplicated releases a lock that too few replicas acknowledged.
