@@ -86,10 +86,15 @@ func (c *Client) refreshWithWait(ctx context.Context, l *redisLock, ac acquireCo
 //
 // In a Cluster the pipeline goes to one node client, not through the
 // ClusterClient (which would send the script alone to a new node after a
-// redirect, and WAIT to the old one), so redirects are followed here: a
-// MOVED or ASK reply means the node refused the script before running it,
-// and the pipeline is sent once more, whole, to the node named. Once more
-// only, and on ctx: a slot that keeps moving is the caller's error to see.
+// redirect, and WAIT to the old one), so redirects are followed here, as
+// go-redis follows them for a plain command and with its bound
+// (ClusterOptions.MaxRedirects, 3 by default): MOVED, ASK and TRYAGAIN
+// mean the node refused the script before running it, so the whole
+// pipeline is sent again: to the node a reloaded slot map names after
+// MOVED, to the importing node with ASKING after ASK, to the same node
+// after a short wait after TRYAGAIN (a slot in migration with only some of
+// the script's keys on the node). Sending the same token again is safe in
+// any case: the script counts a lock already ours as granted. All on ctx.
 func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, call node.Call) (any, int64, error) {
 	cc, ok := c.rdb.(*redis.ClusterClient)
 	if !ok {
@@ -99,28 +104,42 @@ func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, cal
 	if err != nil {
 		return nil, 0, err
 	}
-	res, acked, err := sendWithWait(ctx, primary, ac, call)
-	if err == nil {
-		return res, acked, nil
-	}
-	moved, ask, addr := redirected(err)
-	if !moved && !ask {
+	var conn redis.Cmdable = primary
+	for redirects := 0; ; redirects++ {
+		res, acked, err := sendWithWait(ctx, conn, ac, call)
+		if err == nil {
+			return res, acked, nil
+		}
 		if !isServerReply(err) {
 			// A dead or unreachable primary: the next attempt should
 			// find its successor, not wait for the reload interval.
 			cc.ReloadState(ctx)
+			return nil, 0, err
 		}
-		return nil, 0, err
+		moved, ask, addr := redirected(err)
+		again := redis.HasErrorPrefix(err, "TRYAGAIN")
+		if !moved && !ask && !again || redirects >= cc.Options().MaxRedirects {
+			return nil, 0, err
+		}
+		if again {
+			t := time.NewTimer(16 * time.Millisecond << redirects)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, 0, errors.Join(err, ctx.Err())
+			}
+			continue
+		}
+		next, ferr := redirectTarget(ctx, cc, key, primary, ask, addr)
+		if ferr != nil {
+			return nil, 0, fmt.Errorf("%w (following it: %v)", err, ferr)
+		}
+		primary, conn = next, next
+		if ask {
+			conn = askingConn{next}
+		}
 	}
-	next, ferr := redirectTarget(ctx, cc, key, primary, ask, addr)
-	if ferr != nil {
-		return nil, 0, fmt.Errorf("%w (following it: %v)", err, ferr)
-	}
-	var conn redis.Cmdable = next
-	if ask {
-		conn = askingConn{next}
-	}
-	return sendWithWait(ctx, conn, ac, call)
 }
 
 // sendWithWait is withWait on one connection.

@@ -77,3 +77,85 @@ func TestWithReplicasFollowsMoved(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// While the lock's slot migrates, the source refuses a script with some of
+// its keys there (TRYAGAIN), and sends one with none of them to the target
+// (ASK), which refuses it too while keys are missing (TRYAGAIN). A plain
+// acquisition rides this out with go-redis' retries; one WithReplicas does
+// the same, within ClusterOptions.MaxRedirects, and lands on the target once
+// the slot is there.
+func TestWithReplicasThroughSlotMigration(t *testing.T) {
+	cs := redistest.StartCluster(t)
+	addrs := make([]string, len(cs.Nodes))
+	for i, s := range cs.Nodes {
+		addrs[i] = s.Addr
+	}
+	// 8 redirects: with the waits after TRYAGAIN doubling from 16 ms, about
+	// 4 s for the migration below to finish, however loaded the machine.
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true,
+		ClusterStateReloadInterval: time.Hour, MaxRedirects: 8})
+	t.Cleanup(func() { _ = cc.Close() })
+	c := newLocker(t, cc)
+	opts := []dlock.AcquireOption{dlock.WithReplicas(1, time.Second), dlock.WithTTL(10 * time.Second), dlock.WithWait(0)}
+
+	for _, tc := range []struct{ name, why string }{
+		{"mig-used", "fence counter on the source: TRYAGAIN there"},
+		{"mig-fresh", "no key anywhere: ASK, then TRYAGAIN on the target"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "dlock:{" + tc.name + "}"
+			if tc.name == "mig-used" {
+				l := mustAcquire(t, c, tc.name, opts...)
+				if err := l.Release(bg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			slot, err := cs.KeySlot(bg, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cc.MasterForKey(bg, key); err != nil { // the map, loaded before the move
+				t.Fatal(err)
+			}
+			from, err := cs.SlotOwner(bg, slot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			to := cs.Addrs[0]
+			if to == from {
+				to = cs.Addrs[1]
+			}
+			m, err := cs.BeginSlotMigration(bg, slot, to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			done := make(chan error, 1)
+			go func() {
+				time.Sleep(150 * time.Millisecond) // the acquisition meets the open slot
+				err := m.MoveKeys(bg)
+				if err == nil {
+					err = m.Finish(bg)
+				}
+				done <- err
+			}()
+			ctx, cancel := context.WithTimeout(bg, 8*time.Second)
+			defer cancel()
+			start := time.Now()
+			l, err := c.Acquire(ctx, tc.name, opts...)
+			if merr := <-done; merr != nil {
+				t.Fatal(merr)
+			}
+			if err != nil {
+				t.Fatalf("WithReplicas during the migration of its slot (%s): %v after %v", tc.why, err, time.Since(start))
+			}
+			t.Logf("%s: acquired in %v", tc.why, time.Since(start))
+			if got := cs.Node(to).Client(t).HGet(bg, key, "token").Val(); got != l.Token() {
+				t.Fatalf("target %s holds token %q, want ours", to, got)
+			}
+			if err := l.Release(bg); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
