@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,6 +18,11 @@ import (
 // missing on the node asked is refused with TRYAGAIN, and hand-off messages
 // on the slot's shard channel are lost when the subscription moves.
 const FaultMigrate = "slot-migration"
+
+// loseLocks makes the migrations drop the lock hashes instead of moving
+// them (a broken resharding): TestClusterMigrationBites sets it, to show
+// that the scenario catches a migration that loses locks.
+var loseLocks atomic.Bool
 
 // migrationScenarios run slot migrations beside failovers on a Cluster:
 // contenders on two names, a fifth of the critical sections longer than the
@@ -101,6 +108,10 @@ func (r *run) moveSlot(ctx context.Context, slot int, to string) (int, time.Dura
 		return 0, 0, fmt.Errorf("torture: %s: %w", FaultMigrate, err)
 	}
 	defer m.Close()
+	if loseLocks.Load() {
+		// Lock hashes only: prefix{name}, without a suffix.
+		m.Lose = func(key string) bool { return strings.HasSuffix(key, "}") }
+	}
 	sleepCtx(ctx, time.Duration(r.rng.Int64N(int64(50*time.Millisecond))))
 	if err := m.MoveKeys(ctx); err != nil {
 		return m.Moved(), 0, fmt.Errorf("torture: %s: %w", FaultMigrate, err)

@@ -3,6 +3,7 @@ package torture
 import (
 	"context"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,5 +54,29 @@ func TestClusterMigration(t *testing.T) {
 			}
 			checkInjected(t, sc, v)
 		})
+	}
+}
+
+// TestClusterMigrationBites runs the migration scenario with migrations that
+// drop the lock hashes instead of moving them: the checker must report two
+// holders. Without failovers, which would excuse overlaps.
+func TestClusterMigrationBites(t *testing.T) {
+	loseLocks.Store(true)
+	defer loseLocks.Store(false)
+	sc := migrationScenarios(8 * time.Second)[0]
+	sc.Name, sc.Faults = "cluster-migration-lossy", []string{FaultMigrate}
+	env := testEnv(t, uint64(time.Now().UnixNano()))
+	env.Cluster = redistest.StartCluster(t, redistest.WithReplicas(0))
+	h, err := Run(context.Background(), env, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := Check(h)
+	t.Logf("%s; faults %v", v.Summary(), v.Faults)
+	if v.Faults[FaultMigrate] == 0 {
+		t.Fatal("no migration was injected")
+	}
+	if !slices.ContainsFunc(v.Violations, func(s string) bool { return strings.Contains(s, "two holders") }) {
+		t.Fatalf("migrations that lose the locks went unnoticed: %v", v.Violations)
 	}
 }
