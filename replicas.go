@@ -171,17 +171,18 @@ func redirected(err error) (moved, ask bool, addr string) {
 }
 
 // redirectTarget returns the node client to send to after a redirect away
-// from the node client from. After MOVED the slot map is stale: it is
-// reloaded now and asked again (ForEachMaster reloads it before it
-// iterates, where ReloadState only schedules a reload). After ASK the slot
-// is being migrated and the map is right: the node is the one at addr.
+// from the node client from. ForEachMaster reloads the slot map before it
+// iterates (ReloadState only schedules a reload) and shows the primary at
+// addr. After MOVED the reloaded map's primary for key is taken, or the
+// one at addr if the node that answered the reload still had the old view;
+// after ASK (the slot in migration, the map right) the one at addr.
 func redirectTarget(ctx context.Context, cc *redis.ClusterClient, key string, from *redis.Client, ask bool, addr string) (*redis.Client, error) {
 	var mu sync.Mutex
-	var target *redis.Client
+	var atAddr *redis.Client
 	err := cc.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
-		if ask && n.Options().Addr == addr {
+		if n.Options().Addr == addr {
 			mu.Lock()
-			target = n
+			atAddr = n
 			mu.Unlock()
 		}
 		return nil
@@ -189,20 +190,15 @@ func redirectTarget(ctx context.Context, cc *redis.ClusterClient, key string, fr
 	if err != nil {
 		return nil, err
 	}
-	if ask {
-		if target == nil {
-			return nil, fmt.Errorf("no primary at %s in the slot map", addr)
+	if !ask {
+		if target, err := cc.MasterForKey(ctx, key); err == nil && target != from {
+			return target, nil
 		}
-		return target, nil
 	}
-	target, err = cc.MasterForKey(ctx, key)
-	if err != nil {
-		return nil, err
+	if atAddr == nil || atAddr == from {
+		return nil, fmt.Errorf("no other primary at %s in the reloaded slot map", addr)
 	}
-	if target == from {
-		return nil, errors.New("the reloaded slot map names the same node")
-	}
-	return target, nil
+	return atAddr, nil
 }
 
 // askingConn sends ASKING first in every pipeline, so that the node
