@@ -118,7 +118,7 @@ func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, cal
 		}
 		moved, ask, addr := redirected(err)
 		again := redis.HasErrorPrefix(err, "TRYAGAIN")
-		if !moved && !ask && !again || redirects >= cc.Options().MaxRedirects {
+		if (!moved && !ask && !again) || redirects >= cc.Options().MaxRedirects {
 			return nil, 0, err
 		}
 		if again {
