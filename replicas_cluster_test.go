@@ -159,3 +159,60 @@ func TestWithReplicasThroughSlotMigration(t *testing.T) {
 		})
 	}
 }
+
+// A waiter with WithReplicas whose slot map went stale while it waited (a
+// failover of the lock's primary) is still handed the lock: the hand-off's
+// refresh and WAIT, or its own attempt once it wakes, follow the MOVED its
+// old primary answers.
+func TestWithReplicasHandOffAfterFailover(t *testing.T) {
+	cs := redistest.StartCluster(t)
+	addrs := make([]string, len(cs.Nodes))
+	for i, s := range cs.Nodes {
+		addrs[i] = s.Addr
+	}
+	stale := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true,
+		ClusterStateReloadInterval: time.Hour})
+	t.Cleanup(func() { _ = stale.Close() })
+	waiter := newLocker(t, stale)
+	holder := newLocker(t, cs.ClusterClient(t))
+	const name = "handoff-moved"
+	key := "dlock:{" + name + "}"
+	opts := []dlock.AcquireOption{dlock.WithReplicas(1, time.Second), dlock.WithTTL(3 * time.Second)}
+
+	h := mustAcquire(t, holder, name, opts...)
+	got := make(chan error, 1)
+	var w dlock.Lock
+	go func() {
+		var err error
+		w, err = waiter.Acquire(bg, name, append(opts, dlock.WithWait(15*time.Second))...)
+		got <- err
+	}()
+	node, err := stale.MasterForKey(bg, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the waiter queued", func() bool { return cs.ClusterClient(t).ZCard(bg, "dlock:{"+name+"}:q").Val() == 1 })
+	old := node.Options().Addr
+	if _, err := cs.FailoverReplicaOf(bg, old); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := stale.MasterForKey(bg, key); n == nil || n.Options().Addr != old {
+		t.Fatal("the waiter's slot map was reloaded before the hand-off: this test needs it stale")
+	}
+	start := time.Now()
+	if err := h.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter with WithReplicas after a failover: %v after %v", err, time.Since(start))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("waiter still waiting 20 s after the release")
+	}
+	t.Logf("handed over in %v after the release", time.Since(start))
+	if err := w.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+}
