@@ -48,14 +48,14 @@ func (c *Client) checkReplicaWait(ac acquireConfig) error {
 	}
 	var rt time.Duration
 	switch r := c.rdb.(type) {
-	case *redis.Client:
+	case *redis.Client: // standalone or Sentinel
 		rt = r.Options().ReadTimeout
-	case *redis.ClusterClient:
-		rt = r.Options().ReadTimeout
-	case *redis.Ring:
+	case *redis.ClusterClient: // its node clients read with the same
 		rt = r.Options().ReadTimeout
 	}
 	// 0 or below after go-redis filled its defaults: no read deadline.
+	// Other clients (a Ring, a wrapper) are not checked: their options
+	// are not filled in where dlock can read them.
 	if rt > 0 && ac.replicaWait >= rt {
 		return fmt.Errorf("%w: WithReplicas(%d, %v) is not below the client's read timeout %v: the read would time out before Redis answers WAIT; wait less (leave a round trip of room) or raise the redis client's ReadTimeout",
 			ErrInvalidOption, ac.replicas, ac.replicaWait, rt)
