@@ -30,6 +30,10 @@ import (
 // refused with ErrInvalidOption when the lock is acquired. Whenever the
 // pipeline fails after the script may have run, the grant is given back by
 // token.
+//
+// In a Cluster the script and WAIT go to the lock's primary together, and
+// its MOVED, ASK and TRYAGAIN answers are followed as go-redis follows them
+// for a plain command, within ClusterOptions.MaxRedirects.
 func WithReplicas(n int, timeout time.Duration) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.replicas, c.replicaWait = n, timeout })
 }
