@@ -112,6 +112,9 @@ func (c *Client) acquire(ctx context.Context, name string, ac acquireConfig) (*r
 func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption) (ac acquireConfig, nested Lock, err error) {
 	ac, err = readAcquire(name, TTLBounds{Default: c.cfg.defaultTTL, Min: c.cfg.minTTL, Max: c.cfg.maxTTL}, opts)
 	if err == nil {
+		err = c.checkReplicaWait(ac)
+	}
+	if err == nil {
 		err = c.checkUsable(ctx)
 	}
 	if err != nil {

@@ -72,6 +72,12 @@ func (c *Client) List(ctx context.Context, match string, limit int) ([]LockInfo,
 	var names, sems []string
 	seen := map[string]bool{}
 	scan := func(ctx context.Context, node redis.UniversalClient) error {
+		if limit > 0 && len(names)+len(sems) >= limit {
+			// The primaries of a Cluster take turns: one whose turn
+			// comes after the limit was reached adds nothing (each
+			// added its first lock: List(limit 1) gave 3 on 3 primaries).
+			return errEnough
+		}
 		it := node.ScanType(ctx, 0, pattern, 1000, "hash").Iterator()
 		for it.Next(ctx) {
 			name, ok := c.nameOf(it.Val())

@@ -280,7 +280,7 @@ func TestClusterSlotMigrationHandOffByMessage(t *testing.T) {
 
 	slot := int(cc.ClusterKeySlot(bg, a).Val())
 	migrated := time.Now()
-	if _, err := cs.MigrateSlot(bg, slot, to); err != nil {
+	if _, err := cs.MigrateSlot(bg, slot, to, nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("slot %d of %s moved from %s to %s in %v", slot, a, from, to, time.Since(migrated).Round(time.Millisecond))

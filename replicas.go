@@ -3,6 +3,9 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,8 +23,48 @@ import (
 // window in which asynchronous replication can give the lock to two holders
 // narrows to writes lost after the acknowledgement. Renewals are not
 // confirmed this way.
+//
+// timeout must be below the redis client's ReadTimeout: with no
+// acknowledgement WAIT answers only when timeout ends, and a read that times
+// out first reports neither the count nor the grant. Such a timeout is
+// refused with ErrInvalidOption when the lock is acquired. Whenever the
+// pipeline fails after the script may have run, the grant is given back by
+// token.
+//
+// In a Cluster the script and WAIT go to the lock's primary together, and
+// its MOVED, ASK and TRYAGAIN answers are followed as go-redis follows them
+// for a plain command, within ClusterOptions.MaxRedirects.
 func WithReplicas(n int, timeout time.Duration) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.replicas, c.replicaWait = n, timeout })
+}
+
+// checkReplicaWait refuses a replica wait that go-redis' read timeout would
+// cut short. WAIT answers only when its timeout ends, so with no
+// acknowledgement the reply comes after the read timeout: go-redis reports
+// an i/o timeout instead of the count and re-sends script and WAIT (a
+// pipeline is retried after a timeout), and the caller waits several read
+// timeouts for an error, where it asked for a short ErrNotReplicated. A
+// warning would be read after the first incident; refused at the first
+// acquisition, the mistake shows in the first test run, with both values.
+func (c *Client) checkReplicaWait(ac acquireConfig) error {
+	if ac.replicas == 0 {
+		return nil
+	}
+	var rt time.Duration
+	switch r := c.rdb.(type) {
+	case *redis.Client: // standalone or Sentinel
+		rt = r.Options().ReadTimeout
+	case *redis.ClusterClient: // its node clients read with the same
+		rt = r.Options().ReadTimeout
+	}
+	// 0 or below after go-redis filled its defaults: no read deadline.
+	// Other clients (a Ring, a wrapper) are not checked: their options
+	// are not filled in where dlock can read them.
+	if rt > 0 && ac.replicaWait >= rt {
+		return fmt.Errorf("%w: WithReplicas(%d, %v) is not below the client's read timeout %v: the read would time out before Redis answers WAIT; wait less (leave a round trip of room) or raise the redis client's ReadTimeout",
+			ErrInvalidOption, ac.replicas, ac.replicaWait, rt)
+	}
+	return nil
 }
 
 // refreshWithWait refreshes a handed-over lock and waits for replicas in one
@@ -44,15 +87,67 @@ func (c *Client) refreshWithWait(ctx context.Context, l *redisLock, ac acquireCo
 // withWait sends call and WAIT in one pipeline on the connection of key's
 // node, and returns the call's reply and the number of replicas that
 // acknowledged.
+//
+// In a Cluster the pipeline goes to one node client, not through the
+// ClusterClient (which would send the script alone to a new node after a
+// redirect, and WAIT to the old one), so redirects are followed here, as
+// go-redis follows them for a plain command and with its bound
+// (ClusterOptions.MaxRedirects, 3 by default): MOVED, ASK and TRYAGAIN
+// mean the node refused the script before running it, so the whole
+// pipeline is sent again: to the node a reloaded slot map names after
+// MOVED, to the importing node with ASKING after ASK, to the same node
+// after a short wait after TRYAGAIN (a slot in migration with only some of
+// the script's keys on the node). Sending the same token again is safe in
+// any case: the script counts a lock already ours as granted. All on ctx.
 func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, call node.Call) (any, int64, error) {
-	var conn redis.Cmdable = c.rdb
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		primary, err := cc.MasterForKey(ctx, key)
-		if err != nil {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return sendWithWait(ctx, c.rdb, ac, call)
+	}
+	primary, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	var conn redis.Cmdable = primary
+	for redirects := 0; ; redirects++ {
+		res, acked, err := sendWithWait(ctx, conn, ac, call)
+		if err == nil {
+			return res, acked, nil
+		}
+		if !isServerReply(err) {
+			// A dead or unreachable primary: the next attempt should
+			// find its successor, not wait for the reload interval.
+			cc.ReloadState(ctx)
 			return nil, 0, err
 		}
-		conn = primary
+		moved, ask, addr := redirected(err)
+		again := redis.HasErrorPrefix(err, "TRYAGAIN")
+		if (!moved && !ask && !again) || redirects >= cc.Options().MaxRedirects {
+			return nil, 0, err
+		}
+		if again {
+			t := time.NewTimer(16 * time.Millisecond << redirects)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, 0, errors.Join(err, ctx.Err())
+			}
+			continue
+		}
+		next, ferr := redirectTarget(ctx, cc, key, primary, ask, addr)
+		if ferr != nil {
+			return nil, 0, fmt.Errorf("%w (following it: %v)", err, ferr)
+		}
+		primary, conn = next, next
+		if ask {
+			conn = askingConn{next}
+		}
 	}
+}
+
+// sendWithWait is withWait on one connection.
+func sendWithWait(ctx context.Context, conn redis.Cmdable, ac acquireConfig, call node.Call) (any, int64, error) {
 	var wait *redis.Cmd // of the last pipeline sent
 	reply := node.Pipeline(ctx, conn, []node.Call{call}, func(pipe redis.Pipeliner) {
 		wait = pipe.Do(ctx, "WAIT", ac.replicas, ms(ac.replicaWait))
@@ -65,6 +160,59 @@ func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, cal
 	// instead of stranding it.
 	acked, _ := wait.Int64()
 	return reply.Val(), acked, nil
+}
+
+// redirected reads a MOVED or ASK error reply: "MOVED 3999 127.0.0.1:6381".
+func redirected(err error) (moved, ask bool, addr string) {
+	if !isServerReply(err) {
+		return false, false, ""
+	}
+	f := strings.Fields(err.Error())
+	if len(f) != 3 {
+		return false, false, ""
+	}
+	return f[0] == "MOVED", f[0] == "ASK", f[2]
+}
+
+// redirectTarget returns the node client to send to after a redirect away
+// from the node client from. ForEachMaster reloads the slot map before it
+// iterates (ReloadState only schedules a reload) and shows the primary at
+// addr. After MOVED the reloaded map's primary for key is taken, or the
+// one at addr if the node that answered the reload still had the old view;
+// after ASK (the slot in migration, the map right) the one at addr.
+func redirectTarget(ctx context.Context, cc *redis.ClusterClient, key string, from *redis.Client, ask bool, addr string) (*redis.Client, error) {
+	var mu sync.Mutex
+	var atAddr *redis.Client
+	err := cc.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
+		if n.Options().Addr == addr {
+			mu.Lock()
+			atAddr = n
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !ask {
+		if target, err := cc.MasterForKey(ctx, key); err == nil && target != from {
+			return target, nil
+		}
+	}
+	if atAddr == nil || atAddr == from {
+		return nil, fmt.Errorf("no other primary at %s in the reloaded slot map", addr)
+	}
+	return atAddr, nil
+}
+
+// askingConn sends ASKING first in every pipeline, so that the node
+// importing a slot serves the script that follows it.
+type askingConn struct{ *redis.Client }
+
+func (a askingConn) Pipeline() redis.Pipeliner {
+	p := a.Client.Pipeline()
+	p.Do(context.Background(), "ASKING")
+	return p
 }
 
 // checkReplicated releases a lock that too few replicas acknowledged.

@@ -37,7 +37,7 @@ func FailoverScenarios(d time.Duration) []Scenario {
 	cluster.Topology, cluster.Long = "cluster", 0.2
 	replicas := cluster
 	replicas.Name, replicas.Replicas = "cluster-failover-replicas", 1
-	return []Scenario{sentinel, cluster, replicas}
+	return append([]Scenario{sentinel, cluster, replicas}, migrationScenarios(d)...)
 }
 
 func profile(d time.Duration) []Scenario {
