@@ -196,8 +196,15 @@ func TestWithReplicasHandOffAfterFailover(t *testing.T) {
 	if _, err := cs.FailoverReplicaOf(bg, old); err != nil {
 		t.Fatal(err)
 	}
+	// The waiter's hand-off subscription follows the failover (the old
+	// primary drops its shard channels) and reloads the slot map when it
+	// does, often before the release below: then the hand-off's WAIT goes
+	// to the new primary straight away. Either way the waiter must get the
+	// lock; TestWithReplicasFollowsMoved covers MOVED on its own.
 	if n, _ := stale.MasterForKey(bg, key); n == nil || n.Options().Addr != old {
-		t.Fatal("the waiter's slot map was reloaded before the hand-off: this test needs it stale")
+		t.Log("the waiter's slot map was reloaded before the hand-off (its subscription followed the failover)")
+	} else {
+		t.Log("the waiter's slot map is still stale: its hand-off must follow MOVED")
 	}
 	start := time.Now()
 	if err := h.Release(bg); err != nil {
