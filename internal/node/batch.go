@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -86,9 +87,10 @@ func (b *Batcher) Run(ctx context.Context, call Call) *redis.Cmd {
 	if ln.out < b.depth {
 		ln.out++
 		ln.mu.Unlock()
-		cmd := call.Run(ctx, b.rdb)
-		b.next(ln)
-		return cmd
+		// Deferred: a panic in go-redis (a user's hook) must not keep the
+		// round trip counted, or the lane would stall for good.
+		defer b.next(ln)
+		return call.Run(ctx, b.rdb)
 	}
 	p := pendings.Get().(*pending)
 	p.ctx, p.call = ctx, call
@@ -154,24 +156,40 @@ func (b *Batcher) laneOf(ctx context.Context, call Call) *lane {
 // send sends batch as one pipeline (its first call leads: it is the caller
 // of send), hands every other call its reply, then passes the round trip on.
 func (b *Batcher) send(ln *lane, batch []*pending) {
+	defer b.next(ln)
+	told := 1
+	defer func() {
+		// Only after a panic in the pipeline (a user's hook): it goes on
+		// in the leader, and the calls not yet told get an error instead
+		// of waiting for ever.
+		for _, p := range batch[told:] {
+			p.cmd = redis.NewCmd(p.ctx)
+			p.cmd.SetErr(errLeaderPanicked)
+			p.turn <- nil
+		}
+	}()
 	if len(batch) == 1 {
 		batch[0].cmd = batch[0].call.Run(batch[0].ctx, b.rdb)
-	} else {
-		calls := make([]Call, len(batch))
-		for i, p := range batch {
-			calls[i] = p.call
-		}
-		ctx, cancel := batchContext(batch)
-		replies := Pipeline(ctx, b.rdb, calls, nil)
-		cancel()
-		batch[0].cmd = replies[0].Cmd
-		for i, p := range batch[1:] {
-			p.cmd = replies[i+1].Cmd
-			p.turn <- nil // p may be reused once told: not touched after
-		}
+		return
 	}
-	b.next(ln)
+	calls := make([]Call, len(batch))
+	for i, p := range batch {
+		calls[i] = p.call
+	}
+	ctx, cancel := batchContext(batch)
+	replies := Pipeline(ctx, b.rdb, calls, nil)
+	cancel()
+	batch[0].cmd = replies[0].Cmd
+	for i, p := range batch[1:] {
+		p.cmd = replies[i+1].Cmd
+		p.turn <- nil // p may be reused once told: not touched after
+		told++
+	}
 }
+
+// errLeaderPanicked answers the calls of a batch whose pipeline panicked:
+// whether their scripts ran is unknown, as after a lost reply.
+var errLeaderPanicked = errors.New("dlock: the pipeline carrying this call panicked; its outcome is unknown")
 
 // next is called when a round trip of ln came back: the calls queued
 // meanwhile leave together, led by the first of them, or the lane has one

@@ -322,3 +322,94 @@ func TestBatcherClusterLanes(t *testing.T) {
 		t.Fatalf("%d calls left queued", q)
 	}
 }
+
+// panicky panics in the first pipeline (or single command, with alone)
+// that carries a script: a user's hook gone wrong.
+type panicky struct{ alone, armed atomic.Bool }
+
+func (h *panicky) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *panicky) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.alone.Load() && isScript(cmd) && h.armed.CompareAndSwap(true, false) {
+			panic("hook")
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *panicky) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !h.alone.Load() && slices.ContainsFunc(cmds, isScript) && h.armed.CompareAndSwap(true, false) {
+			panic("hook")
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A panic while sending (a user's hook) goes on in the caller that sent,
+// and leaves the lane working: the other calls of its batch get an error,
+// and later calls go through. A round trip left counted would stall every
+// later call of the node for good.
+func TestBatcherSurvivesPanic(t *testing.T) {
+	for _, alone := range []bool{true, false} {
+		t.Run(fmt.Sprintf("alone=%v", alone), func(t *testing.T) {
+			g := newGate("k1st")
+			rdb := hooked(t, g)
+			h := &panicky{}
+			h.alone.Store(alone)
+			rdb.AddHook(h)
+			b := NewBatcher(rdb, 1)
+			ctx := context.Background()
+			call := func(name string) (cmd *redis.Cmd, panicked bool) {
+				defer func() { panicked = recover() != nil }()
+				return b.Run(ctx, acquireCall(name)), false
+			}
+			if alone {
+				h.armed.Store(true)
+				if _, p := call("solo"); !p {
+					t.Fatal("the hook's panic did not reach the caller")
+				}
+			} else {
+				first := make(chan *redis.Cmd, 1)
+				go func() { first <- b.Run(ctx, acquireCall("k1st")) }()
+				<-g.held
+				h.armed.Store(true)
+				panics := make(chan bool, 3)
+				errs := make(chan error, 3)
+				for i := range 3 {
+					go func() {
+						cmd, p := call(fmt.Sprint("k2nd", i))
+						panics <- p
+						if !p {
+							errs <- cmd.Err()
+						}
+					}()
+					queued(t, &b.one, i+1)
+				}
+				g.release("k1st")
+				grantOf(t, <-first)
+				n := 0
+				for range 3 {
+					if <-panics {
+						n++
+					}
+				}
+				if n != 1 {
+					t.Fatalf("%d callers panicked; want the batch's leader alone", n)
+				}
+				for range 2 {
+					if err := <-errs; !errors.Is(err, errLeaderPanicked) {
+						t.Fatalf("a call of the panicked batch: %v", err)
+					}
+				}
+			}
+			done := make(chan *redis.Cmd, 1)
+			go func() { done <- b.Run(ctx, acquireCall("after")) }()
+			select {
+			case cmd := <-done:
+				grantOf(t, cmd)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the lane stalled after a panic")
+			}
+		})
+	}
+}
