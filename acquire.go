@@ -93,7 +93,7 @@ func (c *Client) acquire(ctx context.Context, name string, ac acquireConfig) (*r
 		r := c.attempt(ctx, name, k, ac, ac.newToken(), false)
 		return r.lock, r.err
 	}
-	if !c.waitersOf(name) && !c.notify.active(k.Handoff+c.id) {
+	if !c.waitersOf(name) && !c.notify.active(k.Handoff, c.id) {
 		// Nobody of this process waits for the name, nor did lately: one
 		// plain attempt first, so an uncontended Acquire costs what
 		// TryAcquire does. A name contended lately goes straight into the

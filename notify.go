@@ -224,12 +224,15 @@ func (n *notifier) listen(s *subscription) (msgs <-chan string, stop func()) {
 	}
 }
 
-// active reports whether channel is subscribed and confirmed, without
-// taking a reference.
-func (n *notifier) active(channel string) bool {
+// active reports whether the channel prefix+id is subscribed and confirmed,
+// without taking a reference.
+func (n *notifier) active(prefix, id string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s := n.subs[channel]
+	if len(n.subs) == 0 {
+		return false // the common case: no channel name built for nothing
+	}
+	s := n.subs[prefix+id]
 	return s != nil && s.isReady
 }
 
