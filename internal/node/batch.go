@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -27,9 +26,11 @@ import (
 // pipeline; the lanes only group calls by the node that serves their key),
 // and go-redis' re-sending after a network error, which every dlock script
 // is written to survive. A call still queued when its context ends is taken
-// out and answered with the context's error, never sent; one already in a
-// pipeline waits for the pipeline's reply, as a command on the wire does,
-// and the pipeline runs on the latest deadline of its calls.
+// out and answered with the context's error, never sent. One already on its
+// way in a pipeline stops waiting at its context's end too, with its outcome
+// unknown, as a command's read that ends at its deadline: the caller treats
+// it as a lost reply. The call that may wait longest leads the pipeline and
+// sends it, so no caller waits past its own deadline for another's.
 type Batcher struct {
 	rdb     redis.UniversalClient
 	cluster *redis.ClusterClient // nil unless rdb is a Cluster client
@@ -59,6 +60,9 @@ type pending struct {
 	call Call
 	cmd  *redis.Cmd
 	turn chan []*pending
+	// leads is set, under the lane's mu, when the call is taken to lead
+	// its batch: it must then send it, whatever its context.
+	leads bool
 }
 
 var pendings = sync.Pool{New: func() any { return &pending{turn: make(chan []*pending, 1)} }}
@@ -97,23 +101,35 @@ func (b *Batcher) Run(ctx context.Context, call Call) *redis.Cmd {
 	ln.waiting = append(ln.waiting, p)
 	ln.mu.Unlock()
 
-	var batch []*pending
 	select {
-	case batch = <-p.turn:
+	case batch := <-p.turn:
+		return b.finish(ln, p, batch)
 	case <-ctx.Done():
-		ln.mu.Lock()
-		if i := slices.Index(ln.waiting, p); i >= 0 {
-			// Still queued: nothing was sent, so nothing can have run.
-			ln.waiting = slices.Delete(ln.waiting, i, i+1)
-			ln.mu.Unlock()
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(context.Cause(ctx))
-			p.release()
-			return cmd
-		}
-		ln.mu.Unlock()
-		batch = <-p.turn // taken into a batch: its reply is coming
 	}
+	ln.mu.Lock()
+	if i := slices.Index(ln.waiting, p); i >= 0 {
+		// Still queued: nothing was sent, so nothing can have run.
+		ln.waiting = slices.Delete(ln.waiting, i, i+1)
+		ln.mu.Unlock()
+		p.release()
+		return ended(ctx)
+	}
+	leads := p.leads
+	ln.mu.Unlock()
+	if leads {
+		// Its batch is being handed to it: it sends it, on the latest
+		// deadline of the batch, which is its own (see next).
+		return b.finish(ln, p, <-p.turn)
+	}
+	// On its way in another caller's pipeline: the outcome is unknown, as
+	// for a command whose read ended at its deadline. p is left to the
+	// leader, which still tells it, and never goes back to the pool.
+	return ended(ctx)
+}
+
+// finish sends batch when it is p's to lead (not nil), and returns p's
+// reply.
+func (b *Batcher) finish(ln *lane, p *pending, batch []*pending) *redis.Cmd {
 	if batch != nil {
 		b.send(ln, batch)
 	}
@@ -122,8 +138,15 @@ func (b *Batcher) Run(ctx context.Context, call Call) *redis.Cmd {
 	return cmd
 }
 
+// ended is the reply of a call whose context ended first.
+func ended(ctx context.Context) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(context.Cause(ctx))
+	return cmd
+}
+
 func (p *pending) release() {
-	p.ctx, p.call, p.cmd = nil, Call{}, nil
+	p.ctx, p.call, p.cmd, p.leads = nil, Call{}, nil, false
 	pendings.Put(p)
 }
 
@@ -208,26 +231,38 @@ func (b *Batcher) next(ln *lane) {
 	} else {
 		ln.waiting = slices.Clone(ln.waiting[n:])
 	}
+	// The call that may wait longest leads: the pipeline runs until the
+	// latest deadline of the batch, which is then the leader's own, and
+	// every other call stops waiting at its own deadline.
+	lead := 0
+	for i, p := range batch {
+		if waitsLonger(p.ctx, batch[lead].ctx) {
+			lead = i
+		}
+	}
+	batch[0], batch[lead] = batch[lead], batch[0]
+	batch[0].leads = true
 	ln.mu.Unlock()
 	batch[0].turn <- batch
 }
 
-// batchContext is the context a pipeline of batch runs on: the values of
-// the first call's, none of the calls' cancellations (the others' replies
-// must not be lost with it), and the latest of their deadlines, if they all
-// have one.
+// waitsLonger reports whether a may wait longer than b: it has no deadline
+// and b has, or a later one.
+func waitsLonger(a, b context.Context) bool {
+	da, oka := a.Deadline()
+	db, okb := b.Deadline()
+	return okb && (!oka || da.After(db))
+}
+
+// batchContext is the context a pipeline of batch runs on: the values and
+// the deadline of its leader's (the latest of the batch, see next), but not
+// the leader's cancellation: the others' replies must not be lost with it.
 func batchContext(batch []*pending) (context.Context, context.CancelFunc) {
-	var last time.Time
-	for _, p := range batch {
-		d, ok := p.ctx.Deadline()
-		if !ok {
-			return context.WithoutCancel(batch[0].ctx), func() {}
-		}
-		if d.After(last) {
-			last = d
-		}
+	lctx := batch[0].ctx
+	if d, ok := lctx.Deadline(); ok {
+		return context.WithDeadline(context.WithoutCancel(lctx), d)
 	}
-	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), last)
+	return context.WithoutCancel(lctx), func() {}
 }
 
 // Queued returns how many calls wait for a round trip to come back, over
