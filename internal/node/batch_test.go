@@ -147,6 +147,19 @@ func grantOf(t *testing.T, cmd *redis.Cmd) Grant {
 	return g
 }
 
+// busyLane returns a depth-1 Batcher on a fresh server whose one round trip
+// is out, held by g ("k1st" and holds), and the channel its reply comes on
+// once g releases "k1st".
+func busyLane(t *testing.T, holds ...string) (*Batcher, *gate, *redis.Client, <-chan *redis.Cmd) {
+	g := newGate(append([]string{"k1st"}, holds...)...)
+	rdb := hooked(t, g)
+	b := NewBatcher(rdb, 1)
+	first := make(chan *redis.Cmd, 1)
+	go func() { first <- b.Run(context.Background(), acquireCall("k1st")) }()
+	<-g.held
+	return b, g, rdb, first
+}
+
 // A lone caller pays one plain round trip: no pipeline, no wait.
 func TestBatcherSendsAloneWhenIdle(t *testing.T) {
 	g := newGate()
@@ -165,14 +178,8 @@ func TestBatcherSendsAloneWhenIdle(t *testing.T) {
 // Calls made while the lane's round trips are out leave together, in one
 // pipeline, as soon as one comes back; each gets its own reply.
 func TestBatcherBatchesWhileBusy(t *testing.T) {
-	g := newGate("k1st")
-	rdb := hooked(t, g)
-	b := NewBatcher(rdb, 1)
+	b, g, rdb, first := busyLane(t)
 	ctx := context.Background()
-
-	first := make(chan *redis.Cmd, 1)
-	go func() { first <- b.Run(ctx, acquireCall("k1st")) }()
-	<-g.held
 	const n = 10
 	cmds := make([]*redis.Cmd, n)
 	var wg sync.WaitGroup
@@ -209,14 +216,8 @@ func TestBatcherBatchesWhileBusy(t *testing.T) {
 // context's error and never sent: a caller that gave up must not find its
 // acquire granted later.
 func TestBatcherQueuedCallCancelledIsNotSent(t *testing.T) {
-	g := newGate("k1st")
-	rdb := hooked(t, g)
-	b := NewBatcher(rdb, 1)
+	b, g, rdb, first := busyLane(t)
 	bg := context.Background()
-
-	first := make(chan *redis.Cmd, 1)
-	go func() { first <- b.Run(bg, acquireCall("k1st")) }()
-	<-g.held
 	ctx, cancel := context.WithCancelCause(bg)
 	gone := errors.New("caller left")
 	done := make(chan *redis.Cmd, 1)
@@ -249,14 +250,8 @@ func TestBatcherQueuedCallCancelledIsNotSent(t *testing.T) {
 // leads it: the other calls' replies are theirs, and losing them would
 // strand what their scripts wrote.
 func TestBatcherLeaderCancelledKeepsOthersReplies(t *testing.T) {
-	g := newGate("k1st", "k2nd0")
-	rdb := hooked(t, g)
-	b := NewBatcher(rdb, 1)
+	b, g, _, first := busyLane(t, "k2nd0")
 	bg := context.Background()
-
-	first := make(chan *redis.Cmd, 1)
-	go func() { first <- b.Run(bg, acquireCall("k1st")) }()
-	<-g.held
 	lctx, cancel := context.WithCancel(bg)
 	defer cancel()
 	lead := make(chan *redis.Cmd, 1)
