@@ -219,6 +219,43 @@ func twoSlotsOnOneNode(t *testing.T, cc *redis.ClusterClient, prefix string) (a,
 	return "", "", ""
 }
 
+// twoWaits is W waiting on names a and b, each held by other: the set-up and
+// the check every two-name case shares.
+type twoWaits struct {
+	w, other   *dlock.Client
+	scripts    *namedScripts
+	queue      func(string) int64
+	a, b       string
+	ha, hb     dlock.Lock
+	resA, resB <-chan acquired
+}
+
+// waitOnTwo has other take a and b and W wait for both, queued in Redis.
+func waitOnTwo(t *testing.T, w, other *dlock.Client, scripts *namedScripts, queue func(string) int64, a, b string) *twoWaits {
+	t.Helper()
+	tw := &twoWaits{w: w, other: other, scripts: scripts, queue: queue, a: a, b: b}
+	tw.ha = mustAcquire(t, other, a, dlock.WithTTL(10*time.Second))
+	tw.hb = mustAcquire(t, other, b, dlock.WithTTL(10*time.Second))
+	tw.resA = acquireAsync(w, a, waitOpts...)
+	tw.resB = acquireAsync(w, b, waitOpts...)
+	waitFor(t, "W queued for a and b", func() bool { return queue(a) == 1 && queue(b) == 1 })
+	return tw
+}
+
+// handedOnByMessage checks that after event (at since) channel chA is
+// subscribed again on addrA and chB on addrB, that both names are then
+// handed to W by message, and that no session reader is left.
+func (tw *twoWaits) handedOnByMessage(t *testing.T, event string, since time.Time, addrA, chA, addrB, chB string, sharded bool) {
+	t.Helper()
+	resubscribed(t, "a", addrA, chA, sharded, since)
+	resubscribed(t, "b", addrB, chB, sharded, since)
+	took := handOffs(t, tw.w, tw.other, tw.scripts, tw.queue, tw.a, tw.ha, tw.resA)
+	t.Logf("a: hand-off by message %v after the %s", took.Round(10*time.Microsecond), event)
+	took = handOffs(t, tw.w, tw.other, tw.scripts, tw.queue, tw.b, tw.hb, tw.resB)
+	t.Logf("b: hand-off by message %v after the %s", took.Round(10*time.Microsecond), event)
+	idleAfterLinger(t)
+}
+
 // (a) W waits on names in two slots of one node, and its pub/sub connection
 // to that node is killed. go-redis reconnects and re-sends both shard
 // channels in one SSUBSCRIBE, which Redis refuses (CROSSSLOT): W must
@@ -231,11 +268,7 @@ func TestClusterPubSubKilledHandOffByMessage(t *testing.T) {
 	queue := func(name string) int64 { return cc.ZCard(bg, "dlock:{"+name+"}:q").Val() }
 	a, b, node := twoSlotsOnOneNode(t, cc, "killed")
 
-	ha := mustAcquire(t, other, a, dlock.WithTTL(10*time.Second))
-	hb := mustAcquire(t, other, b, dlock.WithTTL(10*time.Second))
-	resA := acquireAsync(w, a, waitOpts...)
-	resB := acquireAsync(w, b, waitOpts...)
-	waitFor(t, "W queued for a and b", func() bool { return queue(a) == 1 && queue(b) == 1 })
+	tw := waitOnTwo(t, w, other, scripts, queue, a, b)
 	chA, chB := handoffChannel(t, node, a, true), handoffChannel(t, node, b, true)
 
 	direct := redis.NewClient(&redis.Options{Addr: node})
@@ -244,13 +277,7 @@ func TestClusterPubSubKilledHandOffByMessage(t *testing.T) {
 	if n, err := direct.ClientKillByFilter(bg, "TYPE", "pubsub").Result(); err != nil || n != 1 {
 		t.Fatalf("CLIENT KILL TYPE pubsub on %s: %d killed, %v; want W's one connection", node, n, err)
 	}
-	resubscribed(t, "a", node, chA, true, killed)
-	resubscribed(t, "b", node, chB, true, killed)
-	took := handOffs(t, w, other, scripts, queue, a, ha, resA)
-	t.Logf("a: hand-off by message %v after the kill", took.Round(10*time.Microsecond))
-	took = handOffs(t, w, other, scripts, queue, b, hb, resB)
-	t.Logf("b: hand-off by message %v after the kill", took.Round(10*time.Microsecond))
-	idleAfterLinger(t)
+	tw.handedOnByMessage(t, "kill", killed, node, chA, node, chB, true)
 }
 
 // (b) The slot of a waited-on name migrates to another primary. The old
@@ -271,11 +298,7 @@ func TestClusterSlotMigrationHandOffByMessage(t *testing.T) {
 		}
 	}
 
-	ha := mustAcquire(t, other, a, dlock.WithTTL(10*time.Second))
-	hb := mustAcquire(t, other, b, dlock.WithTTL(10*time.Second))
-	resA := acquireAsync(w, a, waitOpts...)
-	resB := acquireAsync(w, b, waitOpts...)
-	waitFor(t, "W queued for a and b", func() bool { return queue(a) == 1 && queue(b) == 1 })
+	tw := waitOnTwo(t, w, other, scripts, queue, a, b)
 	chA, chB := handoffChannel(t, from, a, true), handoffChannel(t, from, b, true)
 
 	slot := int(cc.ClusterKeySlot(bg, a).Val())
@@ -287,13 +310,7 @@ func TestClusterSlotMigrationHandOffByMessage(t *testing.T) {
 	if n := subscribers(from, chA, true); n != 0 {
 		t.Fatalf("%s still has %d subscribers on the old node", chA, n)
 	}
-	resubscribed(t, "a (moved)", to, chA, true, migrated)
-	resubscribed(t, "b (stayed)", from, chB, true, migrated)
-	took := handOffs(t, w, other, scripts, queue, a, ha, resA)
-	t.Logf("a: hand-off by message %v after the migration", took.Round(10*time.Microsecond))
-	took = handOffs(t, w, other, scripts, queue, b, hb, resB)
-	t.Logf("b: hand-off by message %v after the migration", took.Round(10*time.Microsecond))
-	idleAfterLinger(t)
+	tw.handedOnByMessage(t, "migration", migrated, to, chA, from, chB, true)
 }
 
 // writesLandOn waits until a write through rdb reaches the server at addr:
@@ -367,11 +384,7 @@ func TestClusterFailoverHandOffByMessage(t *testing.T) {
 	queue := func(name string) int64 { return cc.ZCard(bg, "dlock:{"+name+"}:q").Val() }
 	a, b, old := twoSlotsOnOneNode(t, cc, "failover")
 
-	ha := mustAcquire(t, other, a, dlock.WithTTL(10*time.Second))
-	hb := mustAcquire(t, other, b, dlock.WithTTL(10*time.Second))
-	resA := acquireAsync(w, a, waitOpts...)
-	resB := acquireAsync(w, b, waitOpts...)
-	waitFor(t, "W queued for a and b", func() bool { return queue(a) == 1 && queue(b) == 1 })
+	tw := waitOnTwo(t, w, other, scripts, queue, a, b)
 	chA, chB := handoffChannel(t, old, a, true), handoffChannel(t, old, b, true)
 
 	start := time.Now()
@@ -381,13 +394,7 @@ func TestClusterFailoverHandOffByMessage(t *testing.T) {
 	}
 	switched := time.Now()
 	t.Logf("cluster failover from %s to %s in %v", old, primary, switched.Sub(start).Round(time.Millisecond))
-	resubscribed(t, "a", primary, chA, true, switched)
-	resubscribed(t, "b", primary, chB, true, switched)
-	took := handOffs(t, w, other, scripts, queue, a, ha, resA)
-	t.Logf("a: hand-off by message %v after the failover", took.Round(10*time.Microsecond))
-	took = handOffs(t, w, other, scripts, queue, b, hb, resB)
-	t.Logf("b: hand-off by message %v after the failover", took.Round(10*time.Microsecond))
-	idleAfterLinger(t)
+	tw.handedOnByMessage(t, "failover", switched, primary, chA, primary, chB, true)
 }
 
 // (a') The same kill outside a Cluster: go-redis' own resubscribe, one
@@ -404,22 +411,12 @@ func TestPubSubKilledHandOffByMessage(t *testing.T) {
 	queue := func(name string) int64 { return rdb.ZCard(bg, "dlock:{"+name+"}:q").Val() }
 	const a, b = "plain-killed-a", "plain-killed-b"
 
-	ha := mustAcquire(t, other, a, dlock.WithTTL(10*time.Second))
-	hb := mustAcquire(t, other, b, dlock.WithTTL(10*time.Second))
-	resA := acquireAsync(w, a, waitOpts...)
-	resB := acquireAsync(w, b, waitOpts...)
-	waitFor(t, "W queued for a and b", func() bool { return queue(a) == 1 && queue(b) == 1 })
+	tw := waitOnTwo(t, w, other, scripts, queue, a, b)
 	chA, chB := handoffChannel(t, srv.Addr, a, false), handoffChannel(t, srv.Addr, b, false)
 
 	killed := time.Now()
 	if n, err := rdb.ClientKillByFilter(bg, "TYPE", "pubsub").Result(); err != nil || n != 1 {
 		t.Fatalf("CLIENT KILL TYPE pubsub: %d killed, %v; want W's one connection", n, err)
 	}
-	resubscribed(t, "a", srv.Addr, chA, false, killed)
-	resubscribed(t, "b", srv.Addr, chB, false, killed)
-	took := handOffs(t, w, other, scripts, queue, a, ha, resA)
-	t.Logf("a: hand-off by message %v after the kill", took.Round(10*time.Microsecond))
-	took = handOffs(t, w, other, scripts, queue, b, hb, resB)
-	t.Logf("b: hand-off by message %v after the kill", took.Round(10*time.Microsecond))
-	idleAfterLinger(t)
+	tw.handedOnByMessage(t, "kill", killed, srv.Addr, chA, srv.Addr, chB, false)
 }

@@ -159,7 +159,7 @@ func (r *report) write(w io.Writer, interrupted bool) {
 const legend = `
 ## Reading the tables
 
-- Clients: go-redis with its defaults (RESP3, a pool of 10 × GOMAXPROCS connections, so at G=64 goroutines queue for a connection); rueidislock has one auto-pipelining connection per Locker. *shared* = one client for all goroutines (one process); *separate* = one client per goroutine (one process each).
+- Clients: go-redis with its defaults (RESP3, a pool of 10 × GOMAXPROCS connections, so at G=64 goroutines queue for a connection); rueidislock has one auto-pipelining connection per Locker. *shared* = one client for all goroutines (one process; for dlock one dlock.Client on it, as its README asks, so its goroutines share its local queues and its batching); *separate* = one client per goroutine (one process each).
 - *vs raw*: throughput divided by the raw baseline's in the same table.
 - *acquire*/*release*: latency of one Acquire / release call.
 - *wait*: Acquire call start → lock held. *slowest wait* includes waits still pending when the cell ended (a lower bound for those), so a starved goroutine shows.
