@@ -196,10 +196,12 @@ const (
 // Once a quorum confirmed, the nodes that no longer hold the lock (restarted
 // empty, or never granted) are taken again where the lock is free
 // (retake): extend-or-lock, as redsync does, so that a quorum does not
-// erode one restart at a time. Only nodes that held the lock all along
-// count towards the quorum: a node taken again restores redundancy, it
-// never makes a quorum, which would revive a lock whose lease ended
-// somewhere between renewals (or undo a forced unlock).
+// erode one restart at a time. A node taken again does not count towards
+// the quorum of the renewal that took it (that quorum came first), and
+// counts from the next renewal on, as it then holds the lock like the
+// others. It can neither revive a lock whose lease ended (a re-take follows
+// a quorum confirmed within the validity) nor undo a forced unlock (the
+// forced record refuses the token's re-takes: TestForcedUnlockNodeByNodeIsUndone).
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (outcome, error) {
 	l.mu.Lock()
 	st, fences := l.state, slices.Clone(l.fences)
@@ -341,7 +343,7 @@ func (l *Lock) retake(ctx context.Context, i int, ttl time.Duration, until time.
 	// fails every one). A grant whose reply was lost is ours and harms
 	// nobody: Release and a loss give the token up on every node.
 	res, err := node.Acquire(l.keys, l.token, node.AcquireArgs{TTL: ttl, Owner: l.owner,
-		FenceLifetime: l.r.cfg.fenceLifetime}).Run(rctx, l.r.nodes[i].rdb).Slice()
+		FenceLifetime: l.r.cfg.fenceLifetime, Retake: true}).Run(rctx, l.r.nodes[i].rdb).Slice()
 	if err != nil {
 		return // unreachable: the next renewal tries again
 	}
@@ -355,12 +357,12 @@ func (l *Lock) retake(ctx context.Context, i int, ttl time.Duration, until time.
 	if g.Fence < l.fence {
 		if err := raiseScript.Run(rctx, l.r.nodes[i].rdb, []string{l.keys.Lock, l.keys.Fence}, l.token,
 			l.fence, l.r.cfg.fenceLifetime.Milliseconds()).Err(); err != nil {
-			l.r.giveBack(ctx, i, l.keys, l.token, ttl)
+			l.r.giveBack(ctx, i, l.keys, l.token, ttl, giveUpAttempt) // the next renewal tries again
 			return
 		}
 	}
 	if !l.join(i, g.Fence) {
-		l.r.giveBack(ctx, i, l.keys, l.token, ttl)
+		l.r.giveBack(ctx, i, l.keys, l.token, ttl, giveUpLock)
 	}
 }
 
@@ -495,14 +497,14 @@ func (l *Lock) releaseNodes(ctx context.Context, fences []int64) (int, []error) 
 	bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	replies, wait := l.r.fanOut(bctx, cancel, l.r.all(), func(ctx context.Context, i int) (int64, error) {
 		if fences[i] == 0 {
-			return l.r.release(ctx, i, l.keys, l.token, true)
+			return l.r.release(ctx, i, l.keys, l.token, giveUpLock)
 		}
-		res, err := l.r.release(ctx, i, l.keys, l.token, false)
+		res, err := l.r.release(ctx, i, l.keys, l.token, holderRelease)
 		if err == nil && res == 0 {
 			// Not ours there (expired, or the node restarted empty):
 			// give the token up, so that a renewal's re-take of the
 			// node still on the way takes nothing, or is released.
-			_, _ = l.r.release(ctx, i, l.keys, l.token, true)
+			_, _ = l.r.release(ctx, i, l.keys, l.token, giveUpLock)
 		}
 		return res, err
 	})
@@ -594,7 +596,7 @@ func (l *Lock) lost(reason dlock.Reason, cause error) {
 	l.r.untrack(l)
 	ttl, _ := l.lease()
 	for i := range l.r.nodes {
-		l.r.giveBack(l.ctx, i, l.keys, l.token, ttl)
+		l.r.giveBack(l.ctx, i, l.keys, l.token, ttl, giveUpLock)
 	}
 }
 
