@@ -406,10 +406,9 @@ func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
 // still had it are freed all the same), or when a majority of the nodes
 // answered that it was no longer held there; and an error matching
 // ErrNoQuorum, with the nodes' errors, when failing nodes (unreachable,
-// timed out) kept a quorum from releasing it: those are tried again in the
-// background, within a TTL, and a node still out of reach lets the lock
-// expire with its lease. The lock is over either way: a second Release
-// reports dlock.ErrNotHeld.
+// timed out) kept a quorum from releasing it: a node that did not answer
+// in time lets the lock expire with its lease. The lock is over either
+// way: a second Release reports dlock.ErrNotHeld.
 //
 // Release runs on a context of its own, as a Client's Release does: ctx's
 // values but not its cancellation or deadline, bounded by the release
@@ -462,9 +461,9 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 		// The nodes' errors, not their answers, kept the quorum away: the
 		// lock was held, as far as anyone knows, so not ErrNotHeld but a
 		// failure, as a Client's Release reports a network error. A retry
-		// finds nothing to do (the lock has ended here): the nodes that
-		// failed are tried again in the background (releaseNodes), and
-		// keys left on them expire with their leases.
+		// finds nothing to do (the lock has ended here): keys left on the
+		// nodes that failed expire with their leases. (Retrying them in
+		// the background would hold Close past the release timeout.)
 		// (TestReleaseNetworkFailureIsNotNotHeld.)
 		msg := fmt.Errorf("%w: released on %d of %d nodes, %d needed", ErrNoQuorum, n, len(l.r.nodes), l.r.quorum)
 		if len(errs) > 0 { // always here; errors.Join of none is nil, which %w prints as %!w(<nil>)
@@ -500,9 +499,7 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 // returns once a quorum released it, or can no longer release it, with on
 // how many nodes it was released (now, or by an earlier send of the same
 // release), on how many the answer was that it was not ours there, and the
-// nodes' errors so far. A node whose release failed without an answer is
-// tried again in the background, as a grant whose reply was lost is: the
-// caller cannot retry a release that has ended the lock here. The other nodes are left to the
+// nodes' errors so far. The other nodes are left to the
 // background, on a context that keeps ctx's deadline (the release timeout)
 // but not its cancellation: waiting for the slowest node made Release take
 // as long as the release timeout with one node stopped, while the lock was
@@ -521,17 +518,10 @@ func (l *Lock) releaseNodes(ctx context.Context, fences []int64) (released, notO
 	bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	replies, wait := l.r.fanOut(bctx, cancel, l.r.all(), func(ctx context.Context, i int) (int64, error) {
 		if fences[i] == 0 {
-			res, err := l.r.release(ctx, i, l.keys, l.token, giveUpLock)
-			if err != nil && !isServerReply(err) {
-				l.r.giveBack(ctx, i, l.keys, l.token, l.ttlNow(), giveUpLock)
-			}
-			return res, err
+			return l.r.release(ctx, i, l.keys, l.token, giveUpLock)
 		}
 		res, err := l.r.release(ctx, i, l.keys, l.token, holderRelease)
-		switch {
-		case err != nil && !isServerReply(err):
-			l.r.giveBack(ctx, i, l.keys, l.token, l.ttlNow(), giveUpLock)
-		case err == nil && res == 0:
+		if err == nil && res == 0 {
 			// Not ours there (expired, or the node restarted empty):
 			// give the token up, so that a renewal's re-take of the
 			// node still on the way takes nothing, or is released.
@@ -561,11 +551,6 @@ func (l *Lock) releaseNodes(ctx context.Context, fences []int64) (released, notO
 	return released, notOurs, errs
 }
 
-// ttlNow is the TTL renewals ask for: how long a grant given back may live.
-func (l *Lock) ttlNow() time.Duration {
-	ttl, _ := l.lease()
-	return ttl
-}
 
 // join takes in node i's grant that arrived after the verdict. It reports
 // false, and the caller gives the grant back, when the lock has ended or

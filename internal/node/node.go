@@ -159,8 +159,11 @@ func Acquire(k Keys, token string, a AcquireArgs) Call {
 	if IsSem(token) {
 		return semAcquire(k, token, a)
 	}
-	return Call{pick(token, scripts.Acquire, scripts.AcquireShared), []string{k.Lock, k.Fence, k.Queue, k.QData, k.Record + token},
-		[]any{token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters), flag(a.Retake)}}
+	args := []any{token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters)}
+	if a.Retake {
+		args = append(args, "1") // only then: every other call stays as it was
+	}
+	return Call{pick(token, scripts.Acquire, scripts.AcquireShared), []string{k.Lock, k.Fence, k.Queue, k.QData, k.Record + token}, args}
 }
 
 // Grant is the acquire script's answer.
