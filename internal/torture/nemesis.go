@@ -40,6 +40,8 @@ func (r *run) nemesis(ctx context.Context) {
 			err = r.evict(ctx)
 		case FaultFailover:
 			err = r.failover(ctx)
+		case FaultNodePause, FaultNodeKill:
+			err = r.nodeFault(ctx, kind)
 		default:
 			err = fmt.Errorf("torture: the nemesis cannot inject %q", kind)
 		}
