@@ -551,7 +551,6 @@ func (l *Lock) releaseNodes(ctx context.Context, fences []int64) (released, notO
 	return released, notOurs, errs
 }
 
-
 // join takes in node i's grant that arrived after the verdict. It reports
 // false, and the caller gives the grant back, when the lock has ended or
 // its validity has run out.
