@@ -268,8 +268,11 @@ func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo,
 	// renewal re-takes a node where its lock is missing: without the record
 	// a Redlock forced node by node came back on every node). The readers'
 	// marker is no holder's token: no record for it.
-	res, err := c.releaseWith(ctx, c.keys(name), token, node.ReleaseArgs{
-		Record: forcedRecordTTL, Forced: token != node.ReadersMarker})
+	var forced node.ReleaseArgs
+	if token != node.ReadersMarker {
+		forced = node.ReleaseArgs{Record: forcedRecordTTL, Forced: true}
+	}
+	res, err := c.releaseWith(ctx, c.keys(name), token, forced)
 	if err != nil {
 		return info, opError("force unlock", name, redisError(err))
 	}
