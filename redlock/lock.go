@@ -457,7 +457,7 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	e := dlock.ReleaseEvent{Name: l.name, Result: dlock.ResultOK, Held: time.Since(l.start), AfterLoss: afterLoss}
 	var err error
 	switch {
-	case n < l.r.quorum && len(l.r.nodes)-notOurs >= l.r.quorum:
+	case n < l.r.quorum && len(l.r.nodes)-notOurs >= l.r.quorum && !afterLoss:
 		// The nodes' errors, not their answers, kept the quorum away: the
 		// lock was held, as far as anyone knows, so not ErrNotHeld but a
 		// failure, as a Client's Release reports a network error. A retry
