@@ -151,8 +151,15 @@ func newNodeLocker(cfg workerConfig, owner string) (locker, error) {
 	for i, addr := range cfg.Addrs {
 		// ContextTimeoutEnabled, as redlock.New asks: a call on a stopped
 		// node returns by its context's deadline.
-		rdbs[i] = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true,
-			ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.ReadTimeout, DialTimeout: cfg.ReadTimeout})
+		o := &redis.Options{Addr: addr, ContextTimeoutEnabled: true,
+			ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.ReadTimeout, DialTimeout: cfg.ReadTimeout}
+		if cfg.Lock == LockRedlockQuorum1 {
+			// "Answers" within the read timeout: go-redis' retries would
+			// wait out most stops, and the broken lock would seldom move
+			// on to the next node.
+			o.MaxRetries = -1
+		}
+		rdbs[i] = redis.NewClient(o)
 	}
 	closeAll := func() {
 		for _, c := range rdbs {
