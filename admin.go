@@ -249,6 +249,11 @@ func (c *Client) readLocks(ctx context.Context, names []string, queue bool) ([]L
 //
 // A semaphore's permit is force-unlocked by its own token (from
 // LockInfo.Holders); the LockInfo returned is the semaphore's before.
+//
+// The token is marked forced on the node for forcedRecordTTL (a day): no
+// later attempt of it takes the lock there again, so a redlock.Lock
+// force-unlocked on a majority of its nodes, one node at a time, is lost at
+// its next renewal instead of being taken again node by node.
 func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo, error) {
 	if node.IsSem(token) {
 		return c.forceUnlockPermit(ctx, name, token)
@@ -263,9 +268,17 @@ func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo,
 	if info.Token != token && !info.readBy(token) {
 		return info, opError("force unlock", name, ErrNotHeld)
 	}
-	// No release record: the holder's own Release, later, must report ErrNotHeld
-	// rather than find the token released and report success.
-	res, err := c.releaseScript(ctx, c.keys(name), token, false, 0)
+	// A forced record, not a release record: the holder's own Release, later,
+	// must report ErrNotHeld rather than find the token released and report
+	// success, and nothing may take the lock again for the token (a Redlock
+	// renewal re-takes a node where its lock is missing: without the record
+	// a Redlock forced node by node came back on every node). The readers'
+	// marker is no holder's token: no record for it.
+	var forced node.ReleaseArgs
+	if token != node.ReadersMarker {
+		forced = node.ReleaseArgs{Record: forcedRecordTTL, Forced: true}
+	}
+	res, err := c.releaseWith(ctx, c.keys(name), token, forced)
 	if err != nil {
 		return info, opError("force unlock", name, redisError(err))
 	}

@@ -303,6 +303,13 @@ func (c *Client) releaseWith(ctx context.Context, k node.Keys, token string, a n
 // covers go-redis' default retries with their timeouts several times over.
 const releaseRecordTTL = 30 * time.Second
 
+// forcedRecordTTL is how long Redis keeps the record of a forced unlock. It
+// outlives the holder's renewals by far (a renewal comes every third of a
+// TTL, and TTLs are at most a day by default) and an operator's pace in
+// forcing a Redlock's nodes one after another; it costs one small key per
+// forced unlock, a rare act.
+const forcedRecordTTL = 24 * time.Hour
+
 // refreshScript runs the owner-checked refresh whatever the local state. It
 // reports what Redis answered; the caller confirms the lease.
 func (l *redisLock) refreshScript(ctx context.Context, ttl time.Duration) (bool, error) {

@@ -369,7 +369,7 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 		for range pending {
 			rep := <-replies
 			if rep.err == nil && rep.g.OK && (l == nil || !l.join(rep.i, rep.g.Fence)) {
-				r.giveBack(ctx, rep.i, k, token, s.TTL)
+				r.giveBack(ctx, rep.i, k, token, s.TTL, giveUpLock)
 			}
 		}
 	}
@@ -398,7 +398,7 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 	// (TestFailedAcquireFreesUnheardGrant.)
 	for i, heard := range t.heard {
 		if !heard {
-			r.giveBack(ctx, i, k, token, s.TTL)
+			r.giveBack(ctx, i, k, token, s.TTL, giveUpLock)
 		}
 	}
 	switch {
@@ -432,15 +432,21 @@ func longerHolder(cur time.Duration, ms int64) time.Duration {
 func (r *Redlock) attempt(ctx context.Context, i int, k node.Keys, token string, ttl time.Duration, owner string) (node.Grant, error) {
 	res, err := node.Acquire(k, token, node.AcquireArgs{TTL: ttl, Owner: owner, FenceLifetime: r.cfg.fenceLifetime}).
 		Run(ctx, r.nodes[i].rdb).Slice()
+	// Withdrawn as an attempt, not as the lock: the lock may be held on a
+	// quorum without this node, and its renewals must be able to take the
+	// node again (a give-up of the lock refused them for the record's 30s:
+	// TestStalledAtAcquireNeverRetaken). A copy of this attempt re-sent by
+	// go-redis is refused all the same. If the acquisition fails, its
+	// failure path gives the lock up on every node it may have reached.
 	if err != nil {
 		if !isServerReply(err) {
-			r.giveBack(ctx, i, k, token, ttl)
+			r.giveBack(ctx, i, k, token, ttl, giveUpAttempt)
 		}
 		return node.Grant{}, redisError(err)
 	}
 	g, err := node.ParseGrant(res)
 	if err != nil {
-		r.giveBack(ctx, i, k, token, ttl)
+		r.giveBack(ctx, i, k, token, ttl, giveUpAttempt)
 		return node.Grant{}, err
 	}
 	return g, nil
@@ -456,8 +462,8 @@ func (r *Redlock) withdrawAll(ctx context.Context, k node.Keys, token string, fe
 			continue
 		}
 		wg.Go(func() {
-			if r.withdraw(ctx, i, k, token) != nil {
-				r.giveBack(ctx, i, k, token, ttl)
+			if r.withdraw(ctx, i, k, token, giveUpLock) != nil {
+				r.giveBack(ctx, i, k, token, ttl, giveUpLock)
 			}
 		})
 	}
@@ -470,15 +476,15 @@ const giveBackFor = 3 * time.Second
 
 // giveBack withdraws token from node i in the background: it releases a
 // grant whose reply was lost or came too late, and marks the token given
-// up, so that an attempt of it still on the way (go-redis re-sends after a
-// lost reply) grants nothing. The error that lost the reply often fails the
-// first try too, so it is tried again with backoff while the grant may live
-// (its TTL, at most giveBackFor), until Close.
-func (r *Redlock) giveBack(ctx context.Context, i int, k node.Keys, token string, ttl time.Duration) {
+// up (how: g), so that an attempt of it still on the way (go-redis re-sends
+// after a lost reply) grants nothing. The error that lost the reply often
+// fails the first try too, so it is tried again with backoff while the
+// grant may live (its TTL, at most giveBackFor), until Close.
+func (r *Redlock) giveBack(ctx context.Context, i int, k node.Keys, token string, ttl time.Duration, g giveUp) {
 	ctx = context.WithoutCancel(ctx)
 	retry := func() {
 		until := time.Now().Add(min(ttl, giveBackFor))
-		for pause := 20 * time.Millisecond; r.withdraw(ctx, i, k, token) != nil; pause = min(2*pause, 500*time.Millisecond) {
+		for pause := 20 * time.Millisecond; r.withdraw(ctx, i, k, token, g) != nil; pause = min(2*pause, 500*time.Millisecond) {
 			if time.Now().Add(pause).After(until) {
 				return
 			}
@@ -492,7 +498,7 @@ func (r *Redlock) giveBack(ctx context.Context, i int, k node.Keys, token string
 		}
 	}
 	if !r.start(retry) {
-		_ = r.withdraw(ctx, i, k, token) // Close has begun: one try, here
+		_ = r.withdraw(ctx, i, k, token, g) // Close has begun: one try, here
 	}
 }
 
@@ -501,20 +507,38 @@ func (r *Redlock) giveBack(ctx context.Context, i int, k node.Keys, token string
 const releaseRecordTTL = 30 * time.Second
 
 // withdraw runs the release script for token on node i, giving the token
-// up, on a fresh context bounded by the release timeout.
-func (r *Redlock) withdraw(ctx context.Context, i int, k node.Keys, token string) error {
+// up (how: g), on a fresh context bounded by the release timeout.
+func (r *Redlock) withdraw(ctx context.Context, i int, k node.Keys, token string, g giveUp) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.releaseTimeout)
 	defer cancel()
-	_, err := r.release(rctx, i, k, token, true)
+	_, err := r.release(rctx, i, k, token, g)
 	return err
 }
 
-// release runs the release script for token on node i, on ctx; giveUp also
-// marks the token given up there (see node.ReleaseArgs). The reply is the
-// script's: 1 released now, 2 released before (or, with giveUp, nothing
-// there), 0 not ours.
-func (r *Redlock) release(ctx context.Context, i int, k node.Keys, token string, giveUp bool) (int64, error) {
-	return node.Release(k, token, node.ReleaseArgs{Record: releaseRecordTTL, GiveUp: giveUp,
+// giveUp is how a release marks a token on a node (the record the acquire
+// script reads).
+type giveUp int
+
+const (
+	// holderRelease: the holder's release; a record only where it frees
+	// the lock, so that a re-sent release reports success.
+	holderRelease giveUp = iota
+	// giveUpLock: the token's lock is over, or never was (released, lost,
+	// an acquisition that failed): nothing takes the node for it again.
+	giveUpLock
+	// giveUpAttempt: one attempt is withdrawn (its reply was lost) while
+	// the lock may be held on a quorum without this node: copies of the
+	// attempt still on the way grant nothing, but the lock's renewals may
+	// take the node again. Never replaces a giveUpLock record.
+	giveUpAttempt
+)
+
+// release runs the release script for token on node i, on ctx, marking
+// the token as g says (see node.ReleaseArgs). The reply is the script's: 1
+// released now, 2 released before (or, with giveUpLock, nothing there), 0
+// not ours.
+func (r *Redlock) release(ctx context.Context, i int, k node.Keys, token string, g giveUp) (int64, error) {
+	return node.Release(k, token, node.ReleaseArgs{Record: releaseRecordTTL, GiveUp: g == giveUpLock, Withdraw: g == giveUpAttempt,
 		Sharded: r.nodes[i].sharded, FenceLifetime: r.cfg.fenceLifetime}).Run(ctx, r.nodes[i].rdb).Int64()
 }
 

@@ -42,11 +42,16 @@
 // (restarted empty, or that never granted it) is taken again where the lock
 // is free there (extend-or-lock, as redsync does), with a new fence, which
 // replaces that node's in Fences, and Fence written back into its counter: a
-// quorum does not erode one restart at a time. Such a node never counts
-// towards the quorum that keeps the lock: only nodes that held it all along
-// do. The context ends when no renewal reached a quorum before the validity
-// ran out, or a majority of the nodes no longer hold it; the token is then
-// given up on every node, in the background.
+// quorum does not erode one restart at a time. Such a node does not count
+// towards the quorum of the renewal that took it again, only from the next
+// renewal on, when it confirms like any other node. A node where the token
+// was force-unlocked (dlock.Client.ForceUnlock, one node at a time) is never
+// taken again, so a forced unlock of a majority of the nodes ends the lock
+// at the next renewal; a node where only the acquisition's attempt was
+// withdrawn (its reply lost, a node stalled) is. The context ends when no
+// renewal reached a quorum before the validity ran out, or a majority of
+// the nodes no longer hold it; the token is then given up on every node, in
+// the background.
 //
 // # Release
 //

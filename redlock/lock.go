@@ -49,8 +49,10 @@ type Lock struct {
 	fences []int64       // per node; 0 where the node has not granted
 	valid  time.Time     // end of the quorum's validity
 	ttl    time.Duration // the lease renewals ask for: WithTTL, or the last Refresh
-	// lossCause is the cause of a loss, set with state lost.
-	lossCause error
+	// endCause is what the context ends with, set with state lost (the
+	// loss) or released (the release's cause), before the context is
+	// cancelled: the observers of a loss are told first.
+	endCause error
 }
 
 type state int
@@ -196,10 +198,12 @@ const (
 // Once a quorum confirmed, the nodes that no longer hold the lock (restarted
 // empty, or never granted) are taken again where the lock is free
 // (retake): extend-or-lock, as redsync does, so that a quorum does not
-// erode one restart at a time. Only nodes that held the lock all along
-// count towards the quorum: a node taken again restores redundancy, it
-// never makes a quorum, which would revive a lock whose lease ended
-// somewhere between renewals (or undo a forced unlock).
+// erode one restart at a time. A node taken again does not count towards
+// the quorum of the renewal that took it (that quorum came first), and
+// counts from the next renewal on, as it then holds the lock like the
+// others. It can neither revive a lock whose lease ended (a re-take follows
+// a quorum confirmed within the validity) nor undo a forced unlock (the
+// forced record refuses the token's re-takes: TestForcedUnlockNodeByNodeIsUndone).
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (outcome, error) {
 	l.mu.Lock()
 	st, fences := l.state, slices.Clone(l.fences)
@@ -311,7 +315,10 @@ func (l *Lock) extend(start time.Time, ttl time.Duration, setTTL bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != held {
-		return opError("refresh", l.name, fmt.Errorf("%w: %w", dlock.ErrNotHeld, context.Cause(l.ctx)))
+		// endCause, not the context's: a loss is told to the observers
+		// before the context ends, and the context's cause read then was
+		// nil ("not held: %!w(<nil>)": TestRefreshAcrossLossNamesItsCause).
+		return opError("refresh", l.name, fmt.Errorf("%w: %w", dlock.ErrNotHeld, l.endCause))
 	}
 	if setTTL {
 		l.ttl = ttl
@@ -341,7 +348,7 @@ func (l *Lock) retake(ctx context.Context, i int, ttl time.Duration, until time.
 	// fails every one). A grant whose reply was lost is ours and harms
 	// nobody: Release and a loss give the token up on every node.
 	res, err := node.Acquire(l.keys, l.token, node.AcquireArgs{TTL: ttl, Owner: l.owner,
-		FenceLifetime: l.r.cfg.fenceLifetime}).Run(rctx, l.r.nodes[i].rdb).Slice()
+		FenceLifetime: l.r.cfg.fenceLifetime, Retake: true}).Run(rctx, l.r.nodes[i].rdb).Slice()
 	if err != nil {
 		return // unreachable: the next renewal tries again
 	}
@@ -355,12 +362,12 @@ func (l *Lock) retake(ctx context.Context, i int, ttl time.Duration, until time.
 	if g.Fence < l.fence {
 		if err := raiseScript.Run(rctx, l.r.nodes[i].rdb, []string{l.keys.Lock, l.keys.Fence}, l.token,
 			l.fence, l.r.cfg.fenceLifetime.Milliseconds()).Err(); err != nil {
-			l.r.giveBack(ctx, i, l.keys, l.token, ttl)
+			l.r.giveBack(ctx, i, l.keys, l.token, ttl, giveUpAttempt) // the next renewal tries again
 			return
 		}
 	}
 	if !l.join(i, g.Fence) {
-		l.r.giveBack(ctx, i, l.keys, l.token, ttl)
+		l.r.giveBack(ctx, i, l.keys, l.token, ttl, giveUpLock)
 	}
 }
 
@@ -396,10 +403,12 @@ func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
 // leaves the slower nodes to the background, within the release timeout;
 // Close waits for them. It reports dlock.ErrNotHeld when it was released
 // before, when its context had already ended with a loss (the nodes that
-// still had it are freed all the same), or when fewer than a quorum of
-// nodes released it (joined with the nodes' errors, if any); the lock is
-// over either way, and a node that did not answer in time lets it expire
-// with its TTL.
+// still had it are freed all the same), or when a majority of the nodes
+// answered that it was no longer held there; and an error matching
+// ErrNoQuorum, with the nodes' errors, when failing nodes (unreachable,
+// timed out) kept a quorum from releasing it: a node that did not answer
+// in time lets the lock expire with its lease. The lock is over either
+// way: a second Release reports dlock.ErrNotHeld.
 //
 // Release runs on a context of its own, as a Client's Release does: ctx's
 // values but not its cancellation or deadline, bounded by the release
@@ -428,11 +437,12 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 		// The loss is the context's cause even if lose is still telling
 		// the observers and has not cancelled it yet: Run must not read
 		// the loss as a release.
-		cause = l.lossCause
+		cause = l.endCause
 	}
 	// Released before the nodes are asked: a late grant that arrives now
 	// is given back, not joined.
 	l.state = released
+	l.endCause = cause
 	fences := slices.Clone(l.fences)
 	l.mu.Unlock()
 
@@ -442,16 +452,28 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	// seconds, with the watch (and its deadline) already stopped.
 	// (TestReleaseEndsContextBeforeKeysAreFreed.)
 	l.cancel(cause)
-	n, errs := l.releaseNodes(ctx, fences)
+	n, notOurs, errs := l.releaseNodes(ctx, fences)
 	l.r.untrack(l)
 	e := dlock.ReleaseEvent{Name: l.name, Result: dlock.ResultOK, Held: time.Since(l.start), AfterLoss: afterLoss}
 	var err error
 	switch {
+	case n < l.r.quorum && len(l.r.nodes)-notOurs >= l.r.quorum && !afterLoss:
+		// The nodes' errors, not their answers, kept the quorum away: the
+		// lock was held, as far as anyone knows, so not ErrNotHeld but a
+		// failure, as a Client's Release reports a network error. A retry
+		// finds nothing to do (the lock has ended here): keys left on the
+		// nodes that failed expire with their leases. (Retrying them in
+		// the background would hold Close past the release timeout.)
+		// (TestReleaseNetworkFailureIsNotNotHeld.)
+		msg := fmt.Errorf("%w: released on %d of %d nodes, %d needed", ErrNoQuorum, n, len(l.r.nodes), l.r.quorum)
+		if len(errs) > 0 { // always here; errors.Join of none is nil, which %w prints as %!w(<nil>)
+			msg = fmt.Errorf("%w: %w", msg, errors.Join(errs...))
+		}
+		err = opError("release", l.name, msg)
+		e.Result = dlock.ResultError
 	case n < l.r.quorum:
-		// Not ResultError ("may still be held, retry"): the lock has
-		// ended here whatever the nodes said, and a retry finds nothing
-		// to release; keys left on unreachable nodes expire with their
-		// leases.
+		// Not ResultError ("may still be held, retry"): a majority of
+		// the nodes said the lock was no longer ours there.
 		msg := fmt.Errorf("%w: released on %d of %d nodes", dlock.ErrNotHeld, n, len(l.r.nodes))
 		e.Result = dlock.ResultNotHeld
 		if len(errs) > 0 {
@@ -463,7 +485,7 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 		// validity ran out, a margin before the nodes' leases): the
 		// keys, still ours, are freed early for the next holder, but the
 		// holder learns what its context said, as from a Client.
-		err = opError("release", l.name, fmt.Errorf("%w: lost before the release (%w)", dlock.ErrNotHeld, l.lossCause))
+		err = opError("release", l.name, fmt.Errorf("%w: lost before the release (%w)", dlock.ErrNotHeld, cause))
 		e.Result = dlock.ResultNotHeld
 	}
 	e.Err = err
@@ -476,7 +498,8 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 // releaseNodes releases the lock by token on every node at once, and
 // returns once a quorum released it, or can no longer release it, with on
 // how many nodes it was released (now, or by an earlier send of the same
-// release) and the nodes' errors so far. The other nodes are left to the
+// release), on how many the answer was that it was not ours there, and the
+// nodes' errors so far. The other nodes are left to the
 // background, on a context that keeps ctx's deadline (the release timeout)
 // but not its cancellation: waiting for the slowest node made Release take
 // as long as the release timeout with one node stopped, while the lock was
@@ -487,7 +510,7 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 // still out or lost, and an attempt still on the way then grants nothing.
 // (TestReleaseFreesUnheardGrant.) Only its reply 1, a grant released now,
 // counts: a give-up answers 2 where it found nothing.
-func (l *Lock) releaseNodes(ctx context.Context, fences []int64) (int, []error) {
+func (l *Lock) releaseNodes(ctx context.Context, fences []int64) (released, notOurs int, errs []error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(l.r.cfg.releaseTimeout)
@@ -495,22 +518,19 @@ func (l *Lock) releaseNodes(ctx context.Context, fences []int64) (int, []error) 
 	bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	replies, wait := l.r.fanOut(bctx, cancel, l.r.all(), func(ctx context.Context, i int) (int64, error) {
 		if fences[i] == 0 {
-			return l.r.release(ctx, i, l.keys, l.token, true)
+			return l.r.release(ctx, i, l.keys, l.token, giveUpLock)
 		}
-		res, err := l.r.release(ctx, i, l.keys, l.token, false)
+		res, err := l.r.release(ctx, i, l.keys, l.token, holderRelease)
 		if err == nil && res == 0 {
 			// Not ours there (expired, or the node restarted empty):
 			// give the token up, so that a renewal's re-take of the
 			// node still on the way takes nothing, or is released.
-			_, _ = l.r.release(ctx, i, l.keys, l.token, true)
+			_, _ = l.r.release(ctx, i, l.keys, l.token, giveUpLock)
 		}
 		return res, err
 	})
 	defer wait()
-	var (
-		n, failed int
-		errs      []error
-	)
+	failed := 0
 	nodes := len(l.r.nodes)
 	for range nodes {
 		rep := <-replies
@@ -519,15 +539,16 @@ func (l *Lock) releaseNodes(ctx context.Context, fences []int64) (int, []error) 
 			failed++
 			errs = append(errs, fmt.Errorf("node %d: %w", rep.i, redisError(rep.err)))
 		case rep.res == 1 || rep.res == 2 && fences[rep.i] != 0: // 2: released by an earlier send of this release
-			n++
+			released++
 		default:
 			failed++
+			notOurs++
 		}
-		if n >= l.r.quorum || failed > nodes-l.r.quorum {
+		if released >= l.r.quorum || failed > nodes-l.r.quorum {
 			break
 		}
 	}
-	return n, errs
+	return released, notOurs, errs
 }
 
 // join takes in node i's grant that arrived after the verdict. It reports
@@ -551,7 +572,7 @@ func (l *Lock) lose(reason dlock.Reason, cause error) {
 		return
 	}
 	l.state = lost
-	l.lossCause = cause
+	l.endCause = cause
 	l.mu.Unlock()
 	l.lost(reason, cause)
 }
@@ -572,7 +593,7 @@ func (l *Lock) expire(cause error) time.Duration {
 		return left
 	}
 	l.state = lost
-	l.lossCause = cause
+	l.endCause = cause
 	l.mu.Unlock()
 	l.lost(dlock.ReasonExpired, cause)
 	return 0
@@ -594,7 +615,7 @@ func (l *Lock) lost(reason dlock.Reason, cause error) {
 	l.r.untrack(l)
 	ttl, _ := l.lease()
 	for i := range l.r.nodes {
-		l.r.giveBack(l.ctx, i, l.keys, l.token, ttl)
+		l.r.giveBack(l.ctx, i, l.keys, l.token, ttl, giveUpLock)
 	}
 }
 

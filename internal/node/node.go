@@ -228,6 +228,11 @@ type AcquireArgs struct {
 	FenceLifetime      time.Duration // the fence counter's idle lifetime
 	// SkipWriters lets a reader join readers while a writer waits.
 	SkipWriters bool
+	// Retake marks a Redlock renewal taking a node again for its live
+	// lock: a node where one attempt of the token was withdrawn
+	// (ReleaseArgs.Withdraw) grants it; one where the token's lock ended
+	// or was forced does not.
+	Retake bool
 
 	// Permits is n of a semaphore permit's token (IsSem), and Sharded
 	// tells the waiters its acquire hands freed permits to on a shard
@@ -244,7 +249,13 @@ func Acquire(k Keys, token string, a AcquireArgs) Call {
 		return semAcquire(k, token, a)
 	}
 	b := k.box()
-	return mkCall(pick(token, scripts.Acquire, scripts.AcquireShared), 5, b[0], b[1], b[2], b[3], k.Record+token,
+	script := pick(token, scripts.Acquire, scripts.AcquireShared)
+	if a.Retake {
+		// ARGV[9] only then: every other call stays as it was.
+		return mkCall(script, 5, b[0], b[1], b[2], b[3], k.Record+token,
+			token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters), "1")
+	}
+	return mkCall(script, 5, b[0], b[1], b[2], b[3], k.Record+token,
 		token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters))
 }
 
@@ -306,8 +317,19 @@ type ReleaseArgs struct {
 	// re-sent release reports success; 0 leaves none (a forced unlock).
 	Record time.Duration
 	// GiveUp also drops the token's queue entry and marks it given up (a
-	// waiter leaving, or a grant whose reply was lost).
+	// waiter leaving, or a grant whose reply was lost): no attempt of the
+	// token grants there while the record lives.
 	GiveUp bool
+	// Withdraw is GiveUp for one attempt of a Redlock whose lock may live
+	// on other nodes: plain attempts of the token are refused there, but a
+	// renewal of the live lock (AcquireArgs.Retake) may take the node
+	// again. A record of an ended or forced lock is never turned into one.
+	Withdraw bool
+	// Forced marks a forced unlock of an exclusive lock: its record (kept
+	// for Record) refuses every later attempt of the token, a Redlock's
+	// renewals included, and makes the holder's own release report "not
+	// ours". Ignored for readers' and semaphores' tokens.
+	Forced bool
 	// Sharded tells the next waiter on a shard channel (SPUBLISH).
 	Sharded       bool
 	FenceLifetime time.Duration
@@ -323,9 +345,20 @@ func Release(k Keys, token string, a ReleaseArgs) Call {
 	if IsSem(token) {
 		return semRelease(k, token, a)
 	}
+	kind := flag(a.GiveUp)
+	switch {
+	case IsShared(token):
+		if a.Forced {
+			a.Record = 0 // a reader's release record would read as released
+		}
+	case a.Withdraw && !a.GiveUp:
+		kind = "w"
+	case a.Forced:
+		kind = "f"
+	}
 	b := k.box()
 	return mkCall(pick(token, scripts.Release, scripts.ReleaseShared), 5, b[0], b[1], b[2], b[3], k.Record+token,
-		token, ms(a.Record), flag(a.GiveUp), b[4], flag(a.Sharded), ms(a.FenceLifetime), ms(a.MinHold))
+		token, ms(a.Record), kind, b[4], flag(a.Sharded), ms(a.FenceLifetime), ms(a.MinHold))
 }
 
 // PTTL is the remaining lease of token's lock (or permit) in ms, -1 when

@@ -8,7 +8,9 @@
 -- id, or '' for a single attempt that does not queue, ARGV[5] how long the
 -- waiter entry lives without a renewed attempt, in ms, ARGV[6] the queue's
 -- expiry in ms (the same for every waiter, so no waiter cuts the line short
--- for others), ARGV[7] the fence counter's idle lifetime in ms
+-- for others), ARGV[7] the fence counter's idle lifetime in ms, ARGV[8]
+-- (acquire_shared.lua's), ARGV[9] '1' for a Redlock renewal taking a node
+-- again for its live lock: a withdrawn attempt's record does not refuse it
 -- Returns {1, fence} when the lock is ours, {0, pttl, fence} when another
 -- holder has it (fence: that holder's fencing token; a hand-off message with
 -- a fence not above it was sent before this attempt ran, and is stale), and
@@ -22,7 +24,11 @@ local token, ttl, owner, waiter = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- The client gave this token up (its reply was lost, or its wait ended) and
 -- withdrew it: this attempt reached Redis after that, delayed on the way. It
 -- must neither take the lock nor queue, or nobody would hold it for a TTL.
-if redis.call('EXISTS', KEYS[5]) == 1 then
+-- Nor may a forced unlock ('f') be undone. Only a renewal of a Redlock that
+-- is held elsewhere may take a node where one attempt was withdrawn ('w'):
+-- that attempt's own re-sent copy carries no ARGV[9] and is refused.
+local record = redis.call('GET', KEYS[5])
+if record and not (record == 'w' and ARGV[9] == '1') then
   return {0, -3, 0}
 end
 

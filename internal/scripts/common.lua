@@ -69,11 +69,34 @@ local function leave(queue, qdata, token)
   redis.call('HDEL', qdata, token)
 end
 
--- remember writes the release record of a token (see release.lua): ARGV-free
--- so both release scripts share it. lifetime '0' writes none.
+-- remember writes the release record of a token (see release.lua) when its
+-- lock was ours and ended here: ARGV-free so both release scripts share it.
+-- lifetime '0' writes none (a forced unlock writes 'f' with mark instead).
 local function remember(record, lifetime)
   if lifetime ~= '0' then
     redis.call('SET', record, '1', 'PX', lifetime)
+  end
+end
+
+-- mark writes a token's record of kind, where the lock may not be ours:
+--   '1' the token's lock ended: given up by its client (a waiter leaving, a
+--       grant whose reply was lost, a Redlock releasing every node);
+--   'w' one attempt of the token was withdrawn on this node while its lock
+--       may be held on others (Redlock): a renewal of that lock may take the
+--       node again (acquire.lua's ARGV[9]), a plain attempt may not;
+--   'f' force-unlocked by an operator: nothing takes the node again for the
+--       token, and the holder's own release reports "not ours".
+-- A record never steps down ('w' < '1' < 'f'): a withdrawal that arrives
+-- late must not turn an ended lock into one a renewal may take again, nor
+-- a give-up a forced unlock into a release. lifetime '0' writes none.
+local function mark(record, lifetime, kind)
+  if lifetime == '0' then
+    return
+  end
+  if kind == 'w' then
+    redis.call('SET', record, 'w', 'PX', lifetime, 'NX')
+  elseif kind == 'f' or redis.call('GET', record) ~= 'f' then
+    redis.call('SET', record, kind, 'PX', lifetime)
   end
 end
 

@@ -3,10 +3,13 @@
 -- of waiters.
 -- KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] waiter queue, KEYS[4]
 -- waiter data (see acquire.lua), KEYS[5] this token's release record
--- ARGV[1] token, ARGV[2] release record lifetime in ms, or 0 for none (a
--- forced unlock: the holder's own later release must report "not held"),
--- ARGV[3] '1' when the client gives the token up (a waiter leaving, or a
--- grant whose reply was lost): drop its queue entry and mark it,
+-- ARGV[1] token, ARGV[2] record lifetime in ms, or 0 for none,
+-- ARGV[3] the kind of release: '0' the holder's; '1' the client gives the
+-- token up (a waiter leaving, or a grant whose reply was lost): drop its
+-- queue entry and mark it ended; 'w' a Redlock withdraws one attempt of the
+-- token while its lock may live on other nodes (see mark in common.lua);
+-- 'f' a forced unlock: the record says so, and the holder's own later
+-- release reports "not held",
 -- ARGV[4] prefix of the waiters' hand-off channels, ARGV[5] '1' to tell the
 -- waiter on a shard channel (SPUBLISH: in a Cluster the message stays on the
 -- lock's shard), ARGV[6] the fence counter's idle lifetime in ms, ARGV[7]
@@ -24,13 +27,16 @@ local token = ARGV[1]
 -- the command again, and one record per name would be theirs by then. It
 -- also marks a token its client gave up, so that an attempt of it sent
 -- before and delayed on the way grants and queues nothing (acquire.lua).
-if ARGV[3] == '1' then
+local kind = ARGV[3]
+if kind == '1' or kind == 'w' then
   leave(queue, qdata, token)
-  remember(record, ARGV[2])
+  mark(record, ARGV[2], kind)
 end
 
 if redis.call('HGET', key, 'token') ~= token then
-  if redis.call('EXISTS', record) == 1 then
+  -- Only a lock that ended here was released before: a withdrawn attempt
+  -- or a forced unlock is "not ours" to the holder.
+  if redis.call('GET', record) == '1' then
     return 2
   end
   return 0
@@ -62,5 +68,12 @@ if err then return err end
 if not handed then
   redis.call('DEL', key)
 end
-remember(record, ARGV[2])
+if kind == 'f' then
+  mark(record, ARGV[2], 'f')
+elseif kind ~= 'w' then
+  -- A withdrawal that found the lock ours (a renewal took the node again
+  -- before the withdrawal arrived) leaves its 'w': the live lock may take
+  -- the node again.
+  remember(record, ARGV[2])
+end
 return 1

@@ -42,6 +42,8 @@ func (r *run) nemesis(ctx context.Context) {
 			err = r.failover(ctx)
 		case FaultMigrate:
 			err = r.migrate(ctx)
+		case FaultNodePause, FaultNodeKill:
+			err = r.nodeFault(ctx, kind)
 		default:
 			err = fmt.Errorf("torture: the nemesis cannot inject %q", kind)
 		}

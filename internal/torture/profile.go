@@ -1,6 +1,9 @@
 package torture
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // The scenarios on one Redis, by the fault they inject. Each runs 8 workers
 // on 2 names with a 500 ms TTL; a few critical sections outlast the TTL.
@@ -11,12 +14,14 @@ func scenario(name string, d time.Duration, faults ...string) Scenario {
 
 // ShortProfile is what `make test` runs: every scenario that needs no
 // Sentinel or Cluster, a few seconds each.
-func ShortProfile() []Scenario { return profile(5 * time.Second) }
+func ShortProfile() []Scenario {
+	return append(profile(5*time.Second), RedlockScenarios(8*time.Second)...)
+}
 
 // FullProfile is `make torture`'s: the same scenarios, longer, and the
 // failover scenarios, which need a topology in Env (tests only).
 func FullProfile() []Scenario {
-	return append(profile(50*time.Second), FailoverScenarios(50*time.Second)...)
+	return slices.Concat(profile(50*time.Second), RedlockScenarios(50*time.Second), FailoverScenarios(50*time.Second))
 }
 
 // FailoverScenarios fail over a Sentinel or Cluster topology again and again

@@ -55,6 +55,9 @@ type Scenario struct {
 	// Shared is the share of acquisitions that are read locks
 	// (dlock.Shared): Check lets reads overlap reads and nothing else.
 	Shared float64
+	// Nodes runs the workers over that many independent Redis primaries
+	// the run starts, with LockRedlock or LockRedlockQuorum1 (redlock.go).
+	Nodes int
 }
 
 // Target is a Redis the user names, for `dlock torture`.
@@ -131,6 +134,7 @@ type run struct {
 	lockAddr  string
 	proxies   []*faultproxy.Proxy // one per worker slot
 	lockAdmin *redis.Client       // the nemesis' own connection to the lock's Redis
+	nodes     []*redistest.Server // Scenario.Nodes: the Redlock's primaries
 
 	nextID  int
 	readers sync.WaitGroup
@@ -154,7 +158,11 @@ type proc struct {
 }
 
 func (r *run) start(ctx context.Context) error {
-	if r.sc.Topology != "" {
+	if r.sc.Nodes > 0 {
+		if err := r.startNodes(ctx); err != nil {
+			return err
+		}
+	} else if r.sc.Topology != "" {
 		if err := r.checkTopology(); err != nil {
 			return err
 		}
@@ -191,8 +199,8 @@ func (r *run) start(ctx context.Context) error {
 	r.open = map[int]int{}
 	r.procs = make([]*proc, r.sc.Workers)
 	for range r.sc.Workers {
-		if r.sc.Topology != "" {
-			break // workers follow the topology: no proxy
+		if r.sc.Topology != "" || r.sc.Nodes > 0 {
+			break // workers follow the topology, or reach the nodes: no proxy
 		}
 		p, err := faultproxy.New(r.lockAddr)
 		if err != nil {
@@ -223,9 +231,12 @@ func (r *run) spawn(slot int) error {
 		Work: cmp.Or(r.sc.Work, 3*time.Millisecond), Long: r.sc.Long, Reset: r.sc.Reset, Replicas: r.sc.Replicas, Seed: r.env.Seed,
 		Permits: r.sc.Permits, Shared: r.sc.Shared,
 	}
-	if r.sc.Topology != "" {
+	switch {
+	case r.sc.Nodes > 0:
+		cfg.Addrs = r.nodeAddrs()
+	case r.sc.Topology != "":
 		r.topologyWorker(&cfg)
-	} else {
+	default:
 		cfg.Addrs = []string{r.proxies[slot].Addr()}
 	}
 	if t := r.env.Redis; t != nil {
@@ -359,8 +370,9 @@ func (r *run) cleanup() {
 			_ = c.Close()
 		}
 	}
-	for _, s := range []*redistest.Server{r.lockSrv, r.resSrv} {
+	for _, s := range append([]*redistest.Server{r.lockSrv, r.resSrv}, r.nodes...) {
 		if s != nil {
+			s.Resume() // a node stopped by a nemesis cut short
 			s.Kill()
 		}
 	}

@@ -133,18 +133,28 @@ func runWorker(ctx context.Context, cfg workerConfig, out *bufio.Writer) error {
 		opts.Dialer = w.dial
 	}
 	var rdb redis.UniversalClient
-	if cfg.Cluster {
+	switch {
+	case nodeLock(cfg.Lock): // a client per node, in newNodeLocker
+	case cfg.Cluster:
 		co := opts.Cluster()
 		co.ClusterStateReloadInterval = cfg.ClusterReload
 		rdb = redis.NewClusterClient(co)
-	} else {
+	default:
 		rdb = redis.NewUniversalClient(opts)
 	}
-	defer rdb.Close()
+	if rdb != nil {
+		defer rdb.Close()
+	}
 	res := redis.NewClient(&redis.Options{Addr: cfg.ResAddr})
 	defer res.Close()
 	resource := NewResource(res, cfg.Prefix+"res:")
-	lk, err := newLocker(cfg.Lock, rdb, fmt.Sprintf("w%d", cfg.ID), cfg.Prefix, cfg.TTL, cfg.Wait, cfg.Replicas, cfg.Permits)
+	var lk locker
+	var err error
+	if nodeLock(cfg.Lock) {
+		lk, err = newNodeLocker(cfg, fmt.Sprintf("w%d", cfg.ID))
+	} else {
+		lk, err = newLocker(cfg.Lock, rdb, fmt.Sprintf("w%d", cfg.ID), cfg.Prefix, cfg.TTL, cfg.Wait, cfg.Replicas, cfg.Permits)
+	}
 	if err != nil {
 		return err
 	}

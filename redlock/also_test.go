@@ -1,0 +1,153 @@
+package redlock_test
+
+// The "Also" items of issue 17 that concern Redlock, each forced here.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// TestReleaseNetworkFailureIsNotNotHeld: two nodes of three stopped when a
+// lock held on all three is released. The nodes did not say "not ours":
+// they did not answer. Release must not report dlock.ErrNotHeld (the
+// lock was held until the call) but a failure matching ErrNoQuorum with the
+// nodes' errors, and tell the observers ResultError, as a Client's Release
+// does for a network failure.
+func TestReleaseNetworkFailureIsNotNotHeld(t *testing.T) {
+	srvs, rdbs := startNodes(t, 3)
+	obs := &recorder{}
+	r := newRedlock(t, rdbs, redlock.WithObserver(obs), redlock.WithReleaseTimeout(300*time.Millisecond))
+	dl, err := r.TryAcquire(bg, "netfail", dlock.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := asLock(t, dl)
+	waitFor(t, "every node in the lock", func() bool { return !slices.Contains(l.Fences(), 0) })
+	pauseNode(t, srvs[1])
+	pauseNode(t, srvs[2])
+	err = l.Release(bg)
+	t.Logf("Release: %v", err)
+	switch {
+	case err == nil:
+		t.Fatal("Release reported success with 2 of 3 nodes stopped")
+	case errors.Is(err, dlock.ErrNotHeld):
+		t.Errorf("Release with 2 of 3 nodes not answering reported ErrNotHeld: %v", err)
+	case !errors.Is(err, redlock.ErrNoQuorum):
+		t.Errorf("Release error %v does not match ErrNoQuorum", err)
+	}
+	_, _, _, n := obs.counts()
+	if n != 1 {
+		t.Fatalf("%d release events, want 1", n)
+	}
+	obs.mu.Lock()
+	e := obs.releases[0]
+	obs.mu.Unlock()
+	if e.Result != dlock.ResultError {
+		t.Errorf("release event result %v, want %v", e.Result, dlock.ResultError)
+	}
+	if err := l.Release(bg); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("second Release: %v, want ErrNotHeld", err)
+	}
+}
+
+// slowReply is a go-redis hook that, while on, holds the reply of the
+// refresh script (a script call with one key) for delay after the node
+// answered: the node has extended the lease, the caller learns it late.
+type slowReply struct {
+	on    atomic.Bool
+	delay time.Duration
+}
+
+func (h *slowReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *slowReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		a := cmd.Args()
+		if h.on.Load() && len(a) > 2 && (a[0] == "evalsha" || a[0] == "eval") && fmt.Sprint(a[2]) == "1" {
+			time.Sleep(h.delay)
+		}
+		return err
+	}
+}
+
+func (h *slowReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// blockingLost is an observer whose OnLost waits (at most 3s) until
+// release is closed: a slow metrics exporter or logger.
+type blockingLost struct {
+	dlock.BaseObserver
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (o *blockingLost) OnLost(dlock.LostEvent) {
+	o.once.Do(func() { close(o.entered) })
+	select {
+	case <-o.release:
+	case <-time.After(3 * time.Second):
+	}
+}
+
+// TestRefreshAcrossLossNamesItsCause: a Refresh whose quorum confirms while
+// the lock's validity has just run out, with the loss still being told to a
+// slow observer (the context is cancelled after the observers), fails with
+// ErrNotHeld and the loss's cause, not with an error text reading
+// "%!w(<nil>)" (the context's cause read before the context ended).
+func TestRefreshAcrossLossNamesItsCause(t *testing.T) {
+	srvs, _ := startNodes(t, 3)
+	hook := &slowReply{delay: 300 * time.Millisecond}
+	rdbs := make([]redis.UniversalClient, len(srvs))
+	for i, s := range srvs {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		rdb.AddHook(hook)
+		t.Cleanup(func() { _ = rdb.Close() })
+		rdbs[i] = rdb
+	}
+	obs := &blockingLost{entered: make(chan struct{}), release: make(chan struct{})}
+	defer close(obs.release)
+	r := newRedlock(t, rdbs, redlock.WithObserver(obs))
+	const ttl = 600 * time.Millisecond // validity 540ms
+	l, err := r.TryAcquire(bg, "cause", dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Loads the refresh script on every node: a NOSCRIPT reply held by the
+	// hook would send the script again only after the lease ended.
+	if err := l.Refresh(bg, ttl); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	hook.on.Store(true)
+	err = l.Refresh(bg, ttl) // confirmed at ~400ms, heard at ~700ms
+	hook.on.Store(false)
+	select {
+	case <-obs.entered:
+	default:
+		t.Fatalf("Refresh returned (%v) before the validity ran out: the interleaving was not forced", err)
+	}
+	t.Logf("Refresh: %v", err)
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Refresh after the validity ran out: %v, want ErrNotHeld", err)
+	}
+	if strings.Contains(err.Error(), "%!") {
+		t.Errorf("error text with a nil error in it: %q", err)
+	}
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Refresh error %v does not carry the loss (ErrLockLost)", err)
+	}
+}
