@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -63,6 +64,7 @@ type pending struct {
 	// leads is set, under the lane's mu, when the call is taken to lead
 	// its batch: it must then send it, whatever its context.
 	leads bool
+	stall *time.Timer // stallBound; kept, stopped, with p in the pool
 }
 
 var pendings = sync.Pool{New: func() any { return &pending{turn: make(chan []*pending, 1)} }}
@@ -100,12 +102,49 @@ func (b *Batcher) Run(ctx context.Context, call Call) *redis.Cmd {
 	p.ctx, p.call = ctx, call
 	ln.waiting = append(ln.waiting, p)
 	ln.mu.Unlock()
-
+	if p.stall == nil {
+		p.stall = time.NewTimer(stallBound)
+	} else {
+		p.stall.Reset(stallBound)
+	}
 	select {
+	case batch := <-p.turn:
+		p.stall.Stop()
+		return b.finish(ln, p, batch)
+	case <-ctx.Done():
+		p.stall.Stop()
+		return b.abandon(ctx, ln, p)
+	case <-p.stall.C:
+	}
+	// The round trips out have been out for stallBound (a connection gone
+	// quiet, a slow hook): this call goes alone, on a connection of its
+	// own, rather than wait behind them for go-redis' read timeout.
+	ln.mu.Lock()
+	if i := slices.Index(ln.waiting, p); i >= 0 {
+		ln.waiting = slices.Delete(ln.waiting, i, i+1)
+		ln.out++ // one more than depth, given back as any other
+		ln.mu.Unlock()
+		p.release()
+		defer b.next(ln)
+		return call.Run(ctx, b.rdb)
+	}
+	ln.mu.Unlock()
+	select { // taken into a batch meanwhile
 	case batch := <-p.turn:
 		return b.finish(ln, p, batch)
 	case <-ctx.Done():
+		return b.abandon(ctx, ln, p)
 	}
+}
+
+// stallBound is how long a queued call waits for one of the round trips
+// out to come back before it goes alone. Far above a loaded batch's round
+// trip (about 1-3 ms at 64 goroutines on 2 cores), far below go-redis'
+// read timeout (3 s), which is how long a stalled connection holds them.
+const stallBound = 20 * time.Millisecond
+
+// abandon answers p, queued or taken into a batch, whose context ended.
+func (b *Batcher) abandon(ctx context.Context, ln *lane, p *pending) *redis.Cmd {
 	ln.mu.Lock()
 	if i := slices.Index(ln.waiting, p); i >= 0 {
 		// Still queued: nothing was sent, so nothing can have run.
@@ -133,9 +172,28 @@ func (b *Batcher) finish(ln *lane, p *pending, batch []*pending) *redis.Cmd {
 	if batch != nil {
 		b.send(ln, batch)
 	}
-	cmd := p.cmd
+	cmd, call, ctx := p.cmd, p.call, p.ctx
 	p.release()
+	if (batch == nil || len(batch) > 1) && transient(cmd.Err()) {
+		// go-redis sends a command again after these replies, and a
+		// pipeline only when its first command got one (a Cluster's, only
+		// after MOVED and ASK): this call went in a pipeline, so it goes
+		// again alone, where go-redis does. Each comes before the script's
+		// first write, and every dlock script may run twice anyway.
+		return call.Run(ctx, b.rdb)
+	}
 	return cmd
+}
+
+// transient reports whether err is a reply go-redis retries a command
+// after: the node is loading, read-only, failing over or its slot moving.
+func transient(err error) bool {
+	for _, p := range []string{"LOADING", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "NOREPLICAS"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // ended is the reply of a call whose context ended first.
