@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -309,4 +311,40 @@ func ExampleWithHoldWarning() {
 	time.Sleep(40 * time.Millisecond) // the work, slower than planned
 	_ = l.Release(ctx)
 	// Output: report:daily held past 20ms (TTL 1s)
+}
+
+// Many goroutines locking through one Client: calls made while others are
+// out leave together in one pipeline (WithBatchDepth, on by default). A
+// program whose redis.Hook must see every lock call as a command of its own
+// turns it off with WithBatchDepth(0).
+func ExampleWithBatchDepth() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locker := dlock.MustNew(rdb, dlock.WithBatchDepth(dlock.DefaultBatchDepth))
+	defer locker.Close(ctx)
+
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := locker.Do(ctx, fmt.Sprintf("order:%d", i), func(ctx context.Context) error {
+				done.Add(1)
+				return nil
+			})
+			if err != nil {
+				fmt.Println(err)
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println(done.Load(), "orders, each under its own lock")
+
+	_, err := dlock.New(rdb, dlock.WithBatchDepth(-1))
+	fmt.Println(err)
+	// Output:
+	// 32 orders, each under its own lock
+	// dlock: new: invalid option: batch depth -1 is negative (0 turns batching off)
 }

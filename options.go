@@ -346,11 +346,19 @@ func checkName(name string) error {
 // load the Client needs less of Redis's CPU per lock, and its callers wait
 // less for a pooled connection.
 //
-// 0 turns batching off: every call is its own round trip, as go-redis sends
-// it (for a redis.Hook that must see every lock call as a single command:
-// batched calls pass through the pipeline hook instead). A call still queued
-// when its context ends is never sent; one already sent waits for its reply,
-// as any command does.
+// What a batched call keeps: its own reply, go-redis' routing and redirects
+// in a Cluster, the NOSCRIPT fallback, and go-redis' retries (a call
+// answered LOADING, READONLY, TRYAGAIN and the like goes again alone). A
+// call still queued when its context ends is never sent; one already on its
+// way stops waiting at its context's end, its outcome unknown (an acquire
+// then gives its token back, as after a lost reply). A call queued for
+// 20 ms (the round trips out have stalled) goes alone.
+//
+// What changes for hooks: batched calls pass through the pipeline hook
+// (redis.Hook's ProcessPipelineHook), not ProcessHook, and a pipeline runs
+// on the context of the call that leads it, so a tracing hook sees its trace
+// ids. 0 turns batching off: every call is its own round trip, as go-redis
+// sends it.
 func WithBatchDepth(depth int) Option {
 	return optionFunc(func(c *config) {
 		if depth < 0 {
