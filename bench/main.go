@@ -40,6 +40,13 @@ type config struct {
 	rawRetry   time.Duration
 	maxOps     int64
 	redisPath  string
+
+	// The renewal mode (renewal.go): on when renewal > 0.
+	renewal        int
+	renewalTTLs    []time.Duration
+	renewalWindow  time.Duration
+	renewalWorkers int
+	renewalProfile string
 }
 
 func parseFlags(args []string) (*config, error) {
@@ -58,11 +65,31 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&cfg.rawRetry, "raw-retry", 0, "raw baseline: sleep between failed attempts (0 = retry at once)")
 	fs.Int64Var(&cfg.maxOps, "max-ops", 2_000_000, "upper bound on acquire attempts per cell")
 	fs.StringVar(&cfg.redisPath, "redis-server", "/usr/bin/redis-server", "redis-server binary")
+	fs.IntVar(&cfg.renewal, "renewal", 0, "renewal mode: hold this many locks on one dlock.Client and measure renewal's cost (the other scenarios do not run)")
+	rttls := fs.String("renewal-ttl", "30s", "renewal mode: lock TTLs, comma-separated, one run each")
+	fs.DurationVar(&cfg.renewalWindow, "renewal-window", 20*time.Second, "renewal mode: measured time while holding the locks")
+	fs.IntVar(&cfg.renewalWorkers, "renewal-workers", 64, "renewal mode: goroutines acquiring and releasing the locks")
+	fs.StringVar(&cfg.renewalProfile, "renewal-cpuprofile", "", "renewal mode: write a CPU profile of the measured window to this file (-<ttl> appended with several TTLs)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if cfg.renewal != 0 {
+		var err error
+		if cfg.renewalTTLs, err = parseDurations(*rttls); err != nil {
+			return nil, fmt.Errorf("-renewal-ttl: %w", err)
+		}
+		switch {
+		case cfg.renewal < 1 || cfg.renewal > 10_000_000:
+			return nil, errors.New("-renewal must be in [1, 10000000]")
+		case cfg.renewalWindow <= 0 || cfg.renewalWindow > 10*time.Minute:
+			return nil, errors.New("-renewal-window must be in (0, 10m]")
+		case cfg.renewalWorkers < 1 || cfg.renewalWorkers > 4096:
+			return nil, errors.New("-renewal-workers must be in [1, 4096]")
+		}
+		return cfg, nil
 	}
 	var err error
 	if cfg.gs, err = parseInts(*gs); err != nil {
@@ -142,6 +169,11 @@ func run(args []string) int {
 		}
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
+	}
+	if cfg.renewal > 0 {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return runRenewal(ctx, cfg)
 	}
 	libs, err := selectLibraries(cfg.libs)
 	if err != nil {
