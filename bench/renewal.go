@@ -470,7 +470,8 @@ func writeRenewal(w io.Writer, cfg *config, srv *redisServer, rs []renewalResult
 	fmt.Fprintln(w, "Round trips count every command and pipeline the client sent in the window (hooks.go); locks renewed are the commands those pipelines carried "+
 		"(one refresh script per lock). Client CPU is getrusage(RUSAGE_SELF) user+sys over the window: the whole process (renewal loop, go-redis, GC, runtime), "+
 		"not renewal alone. redis-server CPU is the INFO cpu delta. Heap per lock is HeapInuse after a forced GC, held minus before, over the locks "+
-		"(it includes the benchmark's own slice of locks, 16 B each).\n")
+		"(it includes the benchmark's own slice of locks, 16 B each).")
+	fmt.Fprintln(w)
 }
 
 func perRenewal(r *renewalResult, seconds float64) string {
