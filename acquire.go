@@ -220,10 +220,14 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime,
 		SkipWriters: ac.skipWriters, Permits: ac.permits, Sharded: c.notify.channels.sharded()}))
 	if err != nil {
-		// A lost reply may have granted the lock; an error reply of a
-		// queued attempt wrote nothing, but an earlier attempt of the
-		// token is in line. Either way the token is given up.
-		if queue || !isServerReply(err) {
+		// A lost reply may have granted the lock. An error reply does not
+		// say otherwise: go-redis sends a command again after a lost reply,
+		// and the copy that got the error (READONLY after a failover, say)
+		// tells nothing of the first, which may have granted; a queued
+		// attempt's earlier one is in line. Either way the token is given
+		// up, unless the key is not a lock at all (WRONGTYPE: nothing of
+		// ours can be there, and the release would fail the same way).
+		if !errors.Is(redisError(err), ErrWrongType) {
 			c.giveBack(ctx, k, token, ac.ttl)
 		}
 		if isServerReply(err) {

@@ -24,10 +24,11 @@ import (
 // narrows to writes lost after the acknowledgement. Renewals are not
 // confirmed this way.
 //
-// timeout must be below the redis client's ReadTimeout: with no
-// acknowledgement WAIT answers only when timeout ends, and a read that times
-// out first reports neither the count nor the grant. Such a timeout is
-// refused with ErrInvalidOption when the lock is acquired. Whenever the
+// timeout must leave max(100ms, ReadTimeout/10) of the redis client's
+// ReadTimeout free: with no acknowledgement WAIT answers only after timeout
+// ends, when Redis' event loop next looks, and a read that times out first
+// reports neither the count nor the grant. Such a timeout is refused with
+// ErrInvalidOption when the lock is acquired. Whenever the
 // pipeline fails after the script may have run, the grant is given back by
 // token.
 //
@@ -39,7 +40,7 @@ func WithReplicas(n int, timeout time.Duration) AcquireOption {
 }
 
 // checkReplicaWait refuses a replica wait that go-redis' read timeout would
-// cut short. WAIT answers only when its timeout ends, so with no
+// cut short (see replicaWaitRoom). WAIT answers only when its timeout ends, so with no
 // acknowledgement the reply comes after the read timeout: go-redis reports
 // an i/o timeout instead of the count and re-sends script and WAIT (a
 // pipeline is retried after a timeout), and the caller waits several read
@@ -60,11 +61,21 @@ func (c *Client) checkReplicaWait(ac acquireConfig) error {
 	// 0 or below after go-redis filled its defaults: no read deadline.
 	// Other clients (a Ring, a wrapper) are not checked: their options
 	// are not filled in where dlock can read them.
-	if rt > 0 && ac.replicaWait >= rt {
-		return fmt.Errorf("%w: WithReplicas(%d, %v) is not below the client's read timeout %v: the read would time out before Redis answers WAIT; wait less (leave a round trip of room) or raise the redis client's ReadTimeout",
-			ErrInvalidOption, ac.replicas, ac.replicaWait, rt)
+	if rt > 0 && ac.replicaWait > rt-replicaWaitRoom(rt) {
+		return fmt.Errorf("%w: WithReplicas(%d, %v) leaves less than %v below the client's read timeout %v: the read would time out before Redis answers WAIT; wait at most %v or raise the redis client's ReadTimeout",
+			ErrInvalidOption, ac.replicas, ac.replicaWait, replicaWaitRoom(rt), rt, rt-replicaWaitRoom(rt))
 	}
 	return nil
+}
+
+// replicaWaitRoom is the room a replica wait must leave below the read
+// timeout rt: Redis answers a WAIT that timed out only when its event loop
+// next looks (up to 1000/hz ms later, 100 ms at the default hz 10), after
+// the script ran, and the reply still has to travel. A wait of 399 ms under
+// a 400 ms read timeout ended in an i/o timeout 3 times of 3, 380 ms once
+// of 3 (TestReviewAcceptedReplicaWaitEndsInRedisAnswer).
+func replicaWaitRoom(rt time.Duration) time.Duration {
+	return max(100*time.Millisecond, rt/10)
 }
 
 // refreshWithWait refreshes a handed-over lock and waits for replicas in one

@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/node"
 )
@@ -439,10 +437,14 @@ func (r *Redlock) attempt(ctx context.Context, i int, k node.Keys, token string,
 	// go-redis is refused all the same. If the acquisition fails, its
 	// failure path gives the lock up on every node it may have reached.
 	if err != nil {
-		if !isServerReply(err) {
+		// An error reply may answer go-redis' second copy of a command
+		// whose first granted (READONLY after a lost reply and a
+		// failover): given back too, unless the key is not a lock.
+		err = redisError(err)
+		if !errors.Is(err, dlock.ErrWrongType) {
 			r.giveBack(ctx, i, k, token, ttl, giveUpAttempt)
 		}
-		return node.Grant{}, redisError(err)
+		return node.Grant{}, err
 	}
 	g, err := node.ParseGrant(res)
 	if err != nil {
@@ -610,14 +612,6 @@ func (r *Redlock) fanOut(ctx context.Context, cancel context.CancelFunc, nodes [
 func isBusy(err error) bool {
 	var b *dlock.NotObtainedError
 	return errors.As(err, &b)
-}
-
-// isServerReply reports whether err is an error reply of Redis: the command
-// reached the server and its outcome is known. Any other error (network,
-// timeout, cancelled context) leaves the outcome unknown.
-func isServerReply(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
 }
 
 // redisError maps Redis' WRONGTYPE reply to dlock.ErrWrongType, as the core
