@@ -282,7 +282,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo,
 	if err != nil {
 		return info, opError("force unlock", name, redisError(err))
 	}
-	if res != 1 {
+	if res != 1 && res != 2 { // 2: this forced unlock ran before (a re-sent command)
 		// Released or taken between Inspect and the script: report who
 		// holds it now (an empty LockInfo when nobody does), not the
 		// holder that was shown.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -153,11 +154,20 @@ func (c *Client) forceUnlockPermit(ctx context.Context, name, token string) (Loc
 	if len(infos) > 0 {
 		info = infos[0]
 	}
-	res, err := c.releaseScript(ctx, c.keys(name), token, false, 0)
+	// As ForceUnlock of a lock: a token that holds no live permit now is
+	// refused before anything is sent (run twice, the second finds none).
+	// The script's own "ran before" (2) is then a copy of this command that
+	// go-redis sent again, and reports success.
+	if !slices.ContainsFunc(info.Holders, func(p PermitInfo) bool { return p.Token == token }) {
+		return info, opError("force unlock", name, fmt.Errorf("%w: no live permit has that token", ErrNotHeld))
+	}
+	// A forced record, as ForceUnlock writes: nothing takes a permit again
+	// for the token, and a re-sent forced unlock reports success (2).
+	res, err := c.releaseWith(ctx, c.keys(name), token, node.ReleaseArgs{Record: forcedRecordTTL, Forced: true})
 	if err != nil {
 		return info, opError("force unlock", name, redisError(err))
 	}
-	if res != 1 {
+	if res != 1 && res != 2 {
 		return info, opError("force unlock", name, fmt.Errorf("%w: no live permit has that token", ErrNotHeld))
 	}
 	return info, nil

@@ -325,10 +325,10 @@ type ReleaseArgs struct {
 	// renewal of the live lock (AcquireArgs.Retake) may take the node
 	// again. A record of an ended or forced lock is never turned into one.
 	Withdraw bool
-	// Forced marks a forced unlock of an exclusive lock: its record (kept
-	// for Record) refuses every later attempt of the token, a Redlock's
-	// renewals included, and makes the holder's own release report "not
-	// ours". Ignored for readers' and semaphores' tokens.
+	// Forced marks a forced unlock: its record (kept for Record) refuses
+	// every later attempt of the token, a Redlock's renewals included, and
+	// makes the holder's own release report "not ours"; a forced unlock
+	// sent again finds it and reports success.
 	Forced bool
 	// Sharded tells the next waiter on a shard channel (SPUBLISH).
 	Sharded       bool
@@ -345,20 +345,26 @@ func Release(k Keys, token string, a ReleaseArgs) Call {
 	if IsSem(token) {
 		return semRelease(k, token, a)
 	}
-	kind := flag(a.GiveUp)
-	switch {
-	case IsShared(token):
-		if a.Forced {
-			a.Record = 0 // a reader's release record would read as released
-		}
-	case a.Withdraw && !a.GiveUp:
-		kind = "w"
-	case a.Forced:
-		kind = "f"
+	kind := releaseKind(a)
+	if IsShared(token) && kind == "w" {
+		kind = "0" // a Redlock takes no read locks: nothing to withdraw
 	}
 	b := k.box()
 	return mkCall(pick(token, scripts.Release, scripts.ReleaseShared), 5, b[0], b[1], b[2], b[3], k.Record+token,
 		token, ms(a.Record), kind, b[4], flag(a.Sharded), ms(a.FenceLifetime), ms(a.MinHold))
+}
+
+// releaseKind is the release scripts' ARGV[3]: '0' the holder's release,
+// '1' a give-up, 'w' one attempt withdrawn, 'f' a forced unlock (see mark in
+// common.lua).
+func releaseKind(a ReleaseArgs) string {
+	switch {
+	case a.Forced:
+		return "f"
+	case a.Withdraw && !a.GiveUp:
+		return "w"
+	}
+	return flag(a.GiveUp)
 }
 
 // PTTL is the remaining lease of token's lock (or permit) in ms, -1 when

@@ -100,6 +100,19 @@ local function mark(record, lifetime, kind)
   end
 end
 
+-- released_before reports whether a release of kind, finding the token's
+-- lock gone, is a copy of one that already ran (go-redis sends a command
+-- again after a lost reply): the holder's release or a give-up finds its
+-- lock ended here ('1'), a forced unlock its own 'f'. A withdrawn attempt,
+-- or a holder whose lock was forced, is "not ours".
+local function released_before(record, kind)
+  local r = redis.call('GET', record)
+  if kind == 'f' then
+    return r == 'f'
+  end
+  return r == '1'
+end
+
 -- Read-write locks. A lock that readers hold has READERS in its token field
 -- (no real token equals it, so the exclusive scripts see "held by another"),
 -- fence = the largest reader fence granted since the key was written, and one

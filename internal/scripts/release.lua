@@ -34,9 +34,7 @@ if kind == '1' or kind == 'w' then
 end
 
 if redis.call('HGET', key, 'token') ~= token then
-  -- Only a lock that ended here was released before: a withdrawn attempt
-  -- or a forced unlock is "not ours" to the holder.
-  if redis.call('GET', record) == '1' then
+  if released_before(record, kind) then
     return 2
   end
   return 0

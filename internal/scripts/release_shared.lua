@@ -5,9 +5,22 @@ local key, fencekey, queue, qdata, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 
 local token = ARGV[1]
 local field = 'r:' .. token
 
-if ARGV[3] == '1' then
+-- ARGV[3] as release.lua's, without 'w' (a Redlock takes no read locks).
+local kind = ARGV[3]
+if kind == '1' then
   leave(queue, qdata, token)
-  remember(record, ARGV[2])
+  mark(record, ARGV[2], '1')
+end
+
+-- ended writes the record of this reader's release: 'f' when forced, so
+-- that nothing takes a read lock again for the token and its holder's own
+-- release says "not ours".
+local function ended()
+  if kind == 'f' then
+    mark(record, ARGV[2], 'f')
+  else
+    remember(record, ARGV[2])
+  end
 end
 
 local now_ms = server_now()
@@ -19,7 +32,7 @@ if held[1] == READERS and held[2] then
 end
 if not exp or exp <= now_ms then
   -- Not a reader now; a lapsed lease held nothing since it ended.
-  if redis.call('EXISTS', record) == 1 then
+  if released_before(record, kind) then
     return 2
   end
   return 0
@@ -31,7 +44,7 @@ if live > 0 then
   -- writer wakes at the key's PTTL, and a crashed reader must not hold it
   -- for the lease of one that left.
   redis.call('PEXPIREAT', key, last)
-  remember(record, ARGV[2])
+  ended()
   return 1
 end
 
@@ -40,5 +53,5 @@ if err then return err end
 if not handed then
   redis.call('DEL', key)
 end
-remember(record, ARGV[2])
+ended()
 return 1
