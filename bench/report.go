@@ -57,6 +57,7 @@ var (
 	mGapP99     = func(c *cellResult) float64 { return seconds(c.gaps.percentile(99)) }
 	mRT         = func(c *cellResult) float64 { return c.perOp(float64(c.rt)) }
 	mCPU        = func(c *cellResult) float64 { return c.perOp(c.server.cpu) }
+	mClientCPU  = func(c *cellResult) float64 { return c.perOp(c.clientCPU) }
 	mCmds       = func(c *cellResult) float64 { return c.perOp(float64(c.server.commands)) }
 )
 
@@ -107,6 +108,7 @@ func (r *report) write(w io.Writer, interrupted bool) {
 		return []column{
 			r.col("round trips/"+what, mRT, fmtNum),
 			r.col("Redis CPU/"+what, mCPU, fmtDur),
+			r.col("client CPU/"+what, mClientCPU, fmtDur),
 			r.col("server cmds/"+what, mCmds, fmtNum),
 		}
 	}
@@ -166,6 +168,7 @@ const legend = `
 - *gap*: the previous holder's release call returning → the next holder's Acquire returning, on the process's monotonic clock; it is the time the lock sat free (plus one reply).
 - *round trips*: counted in the client: one per command or pipeline the library sends and waits for (go-redis hook; a rueidis.Client wrapper), including failed attempts and releases, divided by completed acquisitions.
 - *Redis CPU*: delta of INFO used_cpu_sys+used_cpu_user around the cell, divided by completed acquisitions.
+- *client CPU*: this process's user+sys CPU time (getrusage) over the cell, divided by completed acquisitions: the library, go-redis and the Go runtime, one library at a time.
 - *server cmds*: delta of INFO total_commands_processed (counts commands run inside scripts too) divided by completed acquisitions.
 - *problems*: gave up = Acquire returned without the lock before the cell ended (library limit or -wait); lost = release found the lock gone; errors = other errors; overlap = a goroutine acquired while another held the lock (must be 0).
 `

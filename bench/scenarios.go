@@ -73,6 +73,10 @@ type cellResult struct {
 	firstErr error
 	rt       int64          // client round trips in the measured window
 	server   serverCounters // Redis CPU and commands in the measured window
+	// clientCPU is this process's CPU time (user+sys) in the measured
+	// window, seconds: the library under test, go-redis and the runtime
+	// (one library runs at a time).
+	clientCPU float64
 }
 
 func (r *cellResult) throughput() float64 {
@@ -144,6 +148,10 @@ func runCell(ctx context.Context, cfg *config, srv *redisServer, lib library, sp
 		return cellResult{err: err}
 	}
 	env.rt.reset()
+	cpuBefore, err := processCPU()
+	if err != nil {
+		return cellResult{err: err}
+	}
 	cellCtx, cancel := context.WithTimeout(ctx, cfg.duration)
 	defer cancel()
 
@@ -170,6 +178,11 @@ func runCell(ctx context.Context, cfg *config, srv *redisServer, lib library, sp
 	wg.Wait()
 	res.elapsed = time.Since(start)
 	res.rt = env.rt.load()
+	cpuAfter, err := processCPU()
+	if err != nil {
+		return cellResult{err: err}
+	}
+	res.clientCPU = (cpuAfter - cpuBefore).Seconds()
 	after, err := srv.counters(ctx)
 	if err != nil {
 		return cellResult{err: err}

@@ -174,6 +174,16 @@ func (b *Batcher) finish(ln *lane, p *pending, batch []*pending) *redis.Cmd {
 	}
 	cmd, call, ctx := p.cmd, p.call, p.ctx
 	p.release()
+	if d, has := ctx.Deadline(); has && errors.Is(cmd.Err(), context.DeadlineExceeded) && ctx.Err() == nil &&
+		time.Until(d) < 10*time.Millisecond {
+		// The pipeline's own context (batchContext) ended at the leader's
+		// deadline, which no call's in the batch is later than: this
+		// call's context ends now too, on its own timer, a moment after.
+		// Its caller must see its context ended, not a deadline of
+		// another context while its own still runs.
+		<-ctx.Done()
+		return ended(ctx)
+	}
 	if (batch == nil || len(batch) > 1) && transient(cmd.Err()) {
 		// go-redis sends a command again after these replies, and a
 		// pipeline only when its first command got one (a Cluster's, only
