@@ -124,7 +124,7 @@ func redistestClient(t *testing.T) *redis.Client {
 // ReadTimeout times its retries. Without the Batcher (depth 0, the control)
 // the unrelated call is answered at once.
 func TestBatcherStalledCallsHoldUpOthers(t *testing.T) {
-	for _, depth := range []int{0, DefaultDepthForTest} {
+	for _, depth := range []int{0, stalledDepth} {
 		t.Run(fmt.Sprint("depth", depth), func(t *testing.T) {
 			g := newGate("stall1", "stall2")
 			rdb := hooked(t, g)
@@ -149,8 +149,8 @@ func TestBatcherStalledCallsHoldUpOthers(t *testing.T) {
 	}
 }
 
-// DefaultDepthForTest mirrors dlock.DefaultBatchDepth.
-const DefaultDepthForTest = 2
+// stalledDepth is a lane the two stalled calls fill.
+const stalledDepth = 2
 
 // SCRIPT FLUSH (or a restart) while a batch forms: every call of the
 // batch is answered NOSCRIPT, sent again with its source, and gets its own
