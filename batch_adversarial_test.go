@@ -20,7 +20,7 @@ import (
 func TestBatchedCallEndsAtItsDeadline(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb, proxy := proxied(t, srv, redis.Options{ReadTimeout: 3 * time.Second, MaxRetries: -1})
-	c := newLocker(t, rdb) // DefaultBatchDepth
+	c := newLocker(t, rdb, dlock.WithBatchDepth(2)) // the two calls below fill the lane
 	if l, err := c.TryAcquire(bg, "warm"); err != nil {
 		t.Fatal(err)
 	} else if err := l.Release(bg); err != nil {
