@@ -272,11 +272,14 @@ func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo,
 	// must report ErrNotHeld rather than find the token released and report
 	// success, and nothing may take the lock again for the token (a Redlock
 	// renewal re-takes a node where its lock is missing: without the record
-	// a Redlock forced node by node came back on every node). The readers'
-	// marker is no holder's token: no record for it.
-	var forced node.ReleaseArgs
-	if token != node.ReadersMarker {
-		forced = node.ReleaseArgs{Record: forcedRecordTTL, Forced: true}
+	// a Redlock forced node by node came back on every node).
+	forced := node.ReleaseArgs{Record: forcedRecordTTL, Forced: true}
+	if token == node.ReadersMarker {
+		// Every reader gets its own forced record, and the marker one, so
+		// that this command sent again reports success. The marker is
+		// nobody's token: a short record, or a later forced unlock of the
+		// marker on the same name would find it and report success.
+		forced.Record = releaseRecordTTL
 	}
 	res, err := c.releaseWith(ctx, c.keys(name), token, forced)
 	if err != nil {

@@ -292,12 +292,21 @@ func (b *Batcher) next(ln *lane) {
 		ln.mu.Unlock()
 		return
 	}
-	n := min(len(ln.waiting), maxBatch)
-	batch := ln.waiting[:n:n]
-	if n == len(ln.waiting) {
-		ln.waiting = nil
-	} else {
-		ln.waiting = slices.Clone(ln.waiting[n:])
+	// A call whose context has ended stays out of the batch: still queued,
+	// it is never sent, and its own abandon takes it out of waiting.
+	var batch, left []*pending
+	for _, p := range ln.waiting {
+		if len(batch) < maxBatch && p.ctx.Err() == nil {
+			batch = append(batch, p)
+		} else {
+			left = append(left, p)
+		}
+	}
+	ln.waiting = left
+	if len(batch) == 0 {
+		ln.out--
+		ln.mu.Unlock()
+		return
 	}
 	// The call that may wait longest leads: the pipeline runs until the
 	// latest deadline of the batch, which is then the leader's own, and

@@ -60,6 +60,21 @@ if ARGV[7] ~= '0' then
   end
 end
 
+-- A forced unlock of every reader at once (the token is the readers'
+-- marker): each reader gets the 'f' record a forced unlock of its own token
+-- would write, or a reader's acquire that go-redis sends again after a lost
+-- reply would take the read lock back. The records share the lock's hash
+-- tag: record is KEYS[5], the marker's own.
+if token == READERS and kind == 'f' then
+  local prefix = string.sub(record, 1, #record - #READERS)
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'r:' then
+      mark(prefix .. string.sub(all[i], 3), ARGV[2], 'f')
+    end
+  end
+end
+
 -- Hand over to the first live waiter (or the first readers), else free it.
 local handed, err = hand_off(key, fencekey, queue, qdata, token, ARGV[4], ARGV[5] == '1', ARGV[6])
 if err then return err end
