@@ -17,16 +17,19 @@ import (
 // trips are out to its node leaves at once and alone, so nothing ever waits
 // for a batch to fill and a lone caller pays what a plain command does.
 // Calls made while depth round trips are out queue; when one of those comes
-// back, the caller that queued first takes every queued call (up to
-// maxBatch) and sends them as one pipeline, on its own goroutine: no
-// goroutine of the Batcher's own runs. A busy Redis spends most of its time
-// on a system call per request; a pipeline of n calls costs it about one.
+// back, one queued caller (the one that may wait longest) takes every queued
+// call (up to maxBatch) and sends them as one pipeline, on its own
+// goroutine: no goroutine of the Batcher's own runs. A busy Redis spends
+// most of its time on a system call per request; a pipeline of n calls
+// costs it about one. A call queued for stallBound goes alone, so that
+// round trips stalled on quiet connections hold up nobody else.
 //
 // Every call keeps what sending it alone gives it: the NOSCRIPT fallback
 // (Pipeline), the routing and redirects of a Cluster (go-redis' cluster
 // pipeline; the lanes only group calls by the node that serves their key),
 // and go-redis' re-sending after a network error, which every dlock script
-// is written to survive. A call still queued when its context ends is taken
+// is written to survive, and after the replies it retries a command for
+// (READONLY, LOADING, TRYAGAIN…: see finish). A call still queued when its context ends is taken
 // out and answered with the context's error, never sent. One already on its
 // way in a pipeline stops waiting at its context's end too, with its outcome
 // unknown, as a command's read that ends at its deadline: the caller treats
