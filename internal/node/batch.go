@@ -96,10 +96,7 @@ func (b *Batcher) Run(ctx context.Context, call Call) *redis.Cmd {
 	if ln.out < b.depth {
 		ln.out++
 		ln.mu.Unlock()
-		// Deferred: a panic in go-redis (a user's hook) must not keep the
-		// round trip counted, or the lane would stall for good.
-		defer b.next(ln)
-		return call.Run(ctx, b.rdb)
+		return b.alone(ctx, ln, call)
 	}
 	p := pendings.Get().(*pending)
 	p.ctx, p.call = ctx, call
@@ -123,13 +120,11 @@ func (b *Batcher) Run(ctx context.Context, call Call) *redis.Cmd {
 	// quiet, a slow hook): this call goes alone, on a connection of its
 	// own, rather than wait behind them for go-redis' read timeout.
 	ln.mu.Lock()
-	if i := slices.Index(ln.waiting, p); i >= 0 {
-		ln.waiting = slices.Delete(ln.waiting, i, i+1)
+	if ln.unqueue(p) {
 		ln.out++ // one more than depth, given back as any other
 		ln.mu.Unlock()
 		p.release()
-		defer b.next(ln)
-		return call.Run(ctx, b.rdb)
+		return b.alone(ctx, ln, call)
 	}
 	ln.mu.Unlock()
 	select { // taken into a batch meanwhile
@@ -138,6 +133,24 @@ func (b *Batcher) Run(ctx context.Context, call Call) *redis.Cmd {
 	case <-ctx.Done():
 		return b.abandon(ctx, ln, p)
 	}
+}
+
+// alone sends call by itself, as a round trip of ln the caller has counted.
+func (b *Batcher) alone(ctx context.Context, ln *lane, call Call) *redis.Cmd {
+	// Deferred: a panic in go-redis (a user's hook) must not keep the round
+	// trip counted, or the lane would stall for good.
+	defer b.next(ln)
+	return call.Run(ctx, b.rdb)
+}
+
+// unqueue takes p out of the calls waiting, if it is still there: then it
+// was never sent. The caller holds ln.mu.
+func (ln *lane) unqueue(p *pending) bool {
+	i := slices.Index(ln.waiting, p)
+	if i >= 0 {
+		ln.waiting = slices.Delete(ln.waiting, i, i+1)
+	}
+	return i >= 0
 }
 
 // stallBound is how long a queued call waits for one of the round trips
@@ -149,9 +162,8 @@ const stallBound = 20 * time.Millisecond
 // abandon answers p, queued or taken into a batch, whose context ended.
 func (b *Batcher) abandon(ctx context.Context, ln *lane, p *pending) *redis.Cmd {
 	ln.mu.Lock()
-	if i := slices.Index(ln.waiting, p); i >= 0 {
+	if ln.unqueue(p) {
 		// Still queued: nothing was sent, so nothing can have run.
-		ln.waiting = slices.Delete(ln.waiting, i, i+1)
 		ln.mu.Unlock()
 		p.release()
 		return ended(ctx)

@@ -131,6 +131,9 @@ func (c Call) Keys() []string {
 	return keys
 }
 
+// argv is the call's arguments after its keys.
+func (c Call) argv() []any { return c.args[3+c.nkeys:] }
+
 // firstKey is the key a Cluster routes the call by.
 func (c Call) firstKey() string {
 	if c.nkeys == 0 {
@@ -152,12 +155,12 @@ func (c Call) cmd(ctx context.Context) *redis.Cmd {
 func (c Call) Run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
 	p, ok := rdb.(processor)
 	if !ok {
-		return c.script.Run(ctx, rdb, c.Keys(), c.args[3+c.nkeys:]...)
+		return c.script.Run(ctx, rdb, c.Keys(), c.argv()...)
 	}
 	cmd := c.cmd(ctx)
 	_ = p.Process(ctx, cmd)
 	if isNoScript(cmd.Err()) {
-		return c.script.Eval(ctx, rdb, c.Keys(), c.args[3+c.nkeys:]...)
+		return c.script.Eval(ctx, rdb, c.Keys(), c.argv()...)
 	}
 	return cmd
 }
@@ -166,7 +169,7 @@ func (c Call) Run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
 // pipeline's first try answered NOSCRIPT). Pipeline does both.
 func (c Call) Queue(ctx context.Context, pipe redis.Pipeliner, source bool) *redis.Cmd {
 	if source {
-		return c.script.Eval(ctx, pipe, c.Keys(), c.args[3+c.nkeys:]...)
+		return c.script.Eval(ctx, pipe, c.Keys(), c.argv()...)
 	}
 	cmd := c.cmd(ctx)
 	_ = pipe.Process(ctx, cmd)
@@ -345,10 +348,7 @@ func Release(k Keys, token string, a ReleaseArgs) Call {
 	if IsSem(token) {
 		return semRelease(k, token, a)
 	}
-	kind := releaseKind(a)
-	if IsShared(token) && kind == "w" {
-		kind = "0" // a Redlock takes no read locks: nothing to withdraw
-	}
+	kind := releaseKind(token, a)
 	b := k.box()
 	return mkCall(pick(token, scripts.Release, scripts.ReleaseShared), 5, b[0], b[1], b[2], b[3], k.Record+token,
 		token, ms(a.Record), kind, b[4], flag(a.Sharded), ms(a.FenceLifetime), ms(a.MinHold))
@@ -356,12 +356,13 @@ func Release(k Keys, token string, a ReleaseArgs) Call {
 
 // releaseKind is the release scripts' ARGV[3]: '0' the holder's release,
 // '1' a give-up, 'w' one attempt withdrawn, 'f' a forced unlock (see mark in
-// common.lua).
-func releaseKind(a ReleaseArgs) string {
+// common.lua). Only exclusive tokens are withdrawn: a Redlock takes no read
+// locks and no permits.
+func releaseKind(token string, a ReleaseArgs) string {
 	switch {
 	case a.Forced:
 		return "f"
-	case a.Withdraw && !a.GiveUp:
+	case a.Withdraw && !a.GiveUp && !IsShared(token) && !IsSem(token):
 		return "w"
 	}
 	return flag(a.GiveUp)

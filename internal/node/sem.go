@@ -60,18 +60,9 @@ func semRefresh(k Keys, token string, ttl int64) Call {
 func semRelease(k Keys, token string, a ReleaseArgs) Call {
 	s := k.Sem()
 	return mkCall(scripts.SemRelease, 6, s.Permits, s.Data, k.Fence, s.Queue, s.QData, k.Record+token,
-		token, ms(a.Record), semKind(a), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime))
+		token, ms(a.Record), releaseKind(token, a), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime))
 }
 
 func semPTTL(k Keys, token string) Call {
 	return mkCall(scripts.SemPTTL, 1, k.Sem().Permits, token)
-}
-
-// semKind is releaseKind for a permit: a Redlock takes no permits, so
-// nothing is withdrawn.
-func semKind(a ReleaseArgs) string {
-	if k := releaseKind(a); k != "w" {
-		return k
-	}
-	return "0"
 }
