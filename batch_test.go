@@ -56,6 +56,7 @@ func (h *batchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // returns when all have returned.
 func inOneBatch(t *testing.T, c *dlock.Client, h *batchHook, hold string, calls []func()) {
 	t.Helper()
+	dlock.HoldBatches(c)
 	h.hold, h.release, h.held = hold, make(chan struct{}), make(chan struct{}, 1)
 	h.armed.Store(true)
 	holder := make(chan struct{})

@@ -1,5 +1,7 @@
 package dlock
 
+import "time"
+
 // LocalWaiters returns how many goroutines wait in c.Acquire for name in
 // this process: those lined up in its local queue, and the readers, which
 // wait beside it (each in the Redis queue). The conformance suite
@@ -17,3 +19,8 @@ func LocalWaiters(c *Client, name string) int {
 // QueuedCalls returns how many of c's lock calls wait to leave in a batch
 // (WithBatchDepth).
 func QueuedCalls(c *Client) int { return c.batch.Queued() }
+
+// HoldBatches has c's queued lock calls wait for a round trip however long
+// it is out, for a test that holds one for as long as its calls take to
+// queue (they would go alone after the stall bound otherwise).
+func HoldBatches(c *Client) { c.batch.SetStallBound(time.Hour) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,6 +40,7 @@ type Batcher struct {
 	rdb     redis.UniversalClient
 	cluster *redis.ClusterClient // nil unless rdb is a Cluster client
 	depth   int
+	stall   atomic.Int64 // ns: stallBound, or what SetStallBound set
 
 	mu    sync.Mutex
 	lanes map[string]*lane // by node address, in a Cluster
@@ -77,6 +79,7 @@ var pendings = sync.Pool{New: func() any { return &pending{turn: make(chan []*pe
 // off: every call is sent alone, at once.
 func NewBatcher(rdb redis.UniversalClient, depth int) *Batcher {
 	b := &Batcher{rdb: rdb, depth: depth}
+	b.stall.Store(int64(stallBound))
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		b.cluster, b.lanes = cc, map[string]*lane{}
 	}
@@ -103,9 +106,9 @@ func (b *Batcher) Run(ctx context.Context, call Call) *redis.Cmd {
 	ln.waiting = append(ln.waiting, p)
 	ln.mu.Unlock()
 	if p.stall == nil {
-		p.stall = time.NewTimer(stallBound)
+		p.stall = time.NewTimer(time.Duration(b.stall.Load()))
 	} else {
-		p.stall.Reset(stallBound)
+		p.stall.Reset(time.Duration(b.stall.Load()))
 	}
 	select {
 	case batch := <-p.turn:
@@ -116,7 +119,7 @@ func (b *Batcher) Run(ctx context.Context, call Call) *redis.Cmd {
 		return b.abandon(ctx, ln, p)
 	case <-p.stall.C:
 	}
-	// The round trips out have been out for stallBound (a connection gone
+	// The round trips out have been out for b.stall (a connection gone
 	// quiet, a slow hook): this call goes alone, on a connection of its
 	// own, rather than wait behind them for go-redis' read timeout.
 	ln.mu.Lock()
@@ -134,6 +137,11 @@ func (b *Batcher) Run(ctx context.Context, call Call) *redis.Cmd {
 		return b.abandon(ctx, ln, p)
 	}
 }
+
+// SetStallBound sets how long a queued call waits before it goes alone
+// (stallBound by default). For tests that hold a round trip for as long as
+// it takes their calls to queue.
+func (b *Batcher) SetStallBound(d time.Duration) { b.stall.Store(int64(d)) }
 
 // alone sends call by itself, as a round trip of ln the caller has counted.
 func (b *Batcher) alone(ctx context.Context, ln *lane, call Call) *redis.Cmd {

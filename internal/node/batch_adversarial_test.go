@@ -79,7 +79,7 @@ func TestBatcherPanicInBatchAnswersOthers(t *testing.T) {
 	g := newGate("k1st")
 	rdb := redistestClient(t)
 	rdb.AddHook(boomHook{g})
-	b := NewBatcher(rdb, 1)
+	b := holding(NewBatcher(rdb, 1))
 	bg := context.Background()
 
 	first := make(chan *redis.Cmd, 1)
@@ -158,7 +158,7 @@ const stalledDepth = 2
 func TestBatcherNoScriptInBatch(t *testing.T) {
 	g := newGate("k1st")
 	rdb := hooked(t, g)
-	b := NewBatcher(rdb, 1)
+	b := holding(NewBatcher(rdb, 1))
 	bg := context.Background()
 	first := make(chan *redis.Cmd, 1)
 	go func() { first <- b.Run(bg, acquireCall("k1st")) }()
@@ -241,7 +241,8 @@ func TestBatcherClusterStalledNodeIsolated(t *testing.T) {
 // that batches form and break up at random.
 type jitter struct {
 	n   atomic.Int64
-	log sync.Map // name -> []string, what happened to its command
+	mu  sync.Mutex // the connections' set-up commands note under one key at once
+	log sync.Map   // name -> []string, what happened to its command
 }
 
 func (j *jitter) note(cmd redis.Cmder, what string) {
@@ -251,7 +252,9 @@ func (j *jitter) note(cmd redis.Cmder, what string) {
 	}
 	k, _ := args[3].(string)
 	v, _ := j.log.LoadOrStore(k, new([]string))
+	j.mu.Lock()
 	*(v.(*[]string)) = append(*(v.(*[]string)), what)
+	j.mu.Unlock()
 }
 
 func (j *jitter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -384,7 +387,7 @@ func TestBatcherTransientErrorRetried(t *testing.T) {
 		t.Run(fmt.Sprint("depth", depth), func(t *testing.T) {
 			g := newGate("k1st")
 			rdb.AddHook(g)
-			b := NewBatcher(rdb, depth)
+			b := holding(NewBatcher(rdb, depth))
 			readOnlyFor(300 * time.Millisecond)
 			if depth == 0 {
 				if err := b.Run(bg, acquireCall(fmt.Sprint("alone", depth))).Err(); err != nil {

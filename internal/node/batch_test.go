@@ -147,13 +147,21 @@ func grantOf(t *testing.T, cmd *redis.Cmd) Grant {
 	return g
 }
 
+// holding is b for a test that holds a round trip for as long as its calls
+// take to queue: on a loaded machine that can be longer than stallBound,
+// after which they would go alone and form no batch.
+func holding(b *Batcher) *Batcher {
+	b.SetStallBound(time.Hour)
+	return b
+}
+
 // busyLane returns a depth-1 Batcher on a fresh server whose one round trip
 // is out, held by g ("k1st" and holds), and the channel its reply comes on
 // once g releases "k1st".
 func busyLane(t *testing.T, holds ...string) (*Batcher, *gate, *redis.Client, <-chan *redis.Cmd) {
 	g := newGate(append([]string{"k1st"}, holds...)...)
 	rdb := hooked(t, g)
-	b := NewBatcher(rdb, 1)
+	b := holding(NewBatcher(rdb, 1))
 	first := make(chan *redis.Cmd, 1)
 	go func() { first <- b.Run(context.Background(), acquireCall("k1st")) }()
 	<-g.held
@@ -352,7 +360,7 @@ func TestBatcherSurvivesPanic(t *testing.T) {
 			h := &panicky{}
 			h.alone.Store(alone)
 			rdb.AddHook(h)
-			b := NewBatcher(rdb, 1)
+			b := holding(NewBatcher(rdb, 1))
 			ctx := context.Background()
 			call := func(name string) (cmd *redis.Cmd, panicked bool) {
 				defer func() { panicked = recover() != nil }()
