@@ -53,9 +53,9 @@ func TestLockFamilyOnRedlock(t *testing.T) {
 		if _, err := dlock.AcquireAll(bg, b, []string{"r1", "r3"}, dlock.WithWait(200*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) {
 			t.Fatalf("AcquireAll with r3 busy: %v", err)
 		}
-		if n := exists(rdbs, "dlock:{r1}"); n != 0 {
-			t.Fatalf("r1 left on %d nodes after the rollback", n)
-		}
+		// The rollback's Release returns at a quorum; the rest follows in
+		// the background.
+		waitFor(t, "r1 released on every node after the rollback", func() bool { return exists(rdbs, "dlock:{r1}") == 0 })
 	})
 
 	t.Run("election", func(t *testing.T) {

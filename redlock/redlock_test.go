@@ -43,9 +43,9 @@ func TestToleratesMinorityDown(t *testing.T) {
 	if err := m.Release(bg); err != nil {
 		t.Fatal(err)
 	}
-	if n := exists(rdbs[:4], "dlock:{rl}"); n != 0 {
-		t.Fatalf("%d live nodes still hold the lock after Release", n)
-	}
+	// Release returns once a quorum (3 of 5) released; the fourth live node
+	// is released in the background, well within the lock's TTL.
+	waitFor(t, "every live node released", func() bool { return exists(rdbs[:4], "dlock:{rl}") == 0 })
 	if err := m.Release(bg); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("second Release: %v", err)
 	}
