@@ -404,7 +404,10 @@ func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
 // Close waits for them. It reports dlock.ErrNotHeld when it was released
 // before, when its context had already ended with a loss (the nodes that
 // still had it are freed all the same), or when a majority of the nodes
-// answered that it was no longer held there; and an error matching
+// answered that it was no longer held there (if they answered only after
+// the validity ran out, the error matches dlock.ErrLockLost too: their
+// leases may have ended while the release waited for them, after a hold
+// the validity covered); and an error matching
 // ErrNoQuorum, with the nodes' errors, when failing nodes (unreachable,
 // timed out) kept a quorum from releasing it: a node that did not answer
 // in time lets the lock expire with its lease. The lock is over either
@@ -444,6 +447,7 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	l.state = released
 	l.endCause = cause
 	fences := slices.Clone(l.fences)
+	valid := l.valid
 	l.mu.Unlock()
 
 	// The context ends before any node is asked: the nodes that answer
@@ -475,6 +479,17 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 		// Not ResultError ("may still be held, retry"): a majority of
 		// the nodes said the lock was no longer ours there.
 		msg := fmt.Errorf("%w: released on %d of %d nodes", dlock.ErrNotHeld, n, len(l.r.nodes))
+		if !time.Now().Before(valid) {
+			// The validity ran out before a quorum answered: nodes that
+			// did not answer in time (stopped, slow) may have let the
+			// keys expire with the lease before the release reached
+			// them, so their "not ours" says nothing of the hold itself,
+			// which the validity covered. The error says so as a
+			// Client's context says it of a lease that ends during its
+			// Release: a loss, at the end of the validity, not before
+			// the release. (TestReleaseAnsweredAfterValidity.)
+			msg = fmt.Errorf("%w (%w: the validity ran out while the release waited for the nodes)", msg, dlock.ErrLockLost)
+		}
 		e.Result = dlock.ResultNotHeld
 		if len(errs) > 0 {
 			msg = fmt.Errorf("%w: %w", msg, errors.Join(errs...))

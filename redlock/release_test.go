@@ -213,3 +213,58 @@ func startNodesOn(t *testing.T, rdbs []redis.UniversalClient) ([]string, []redis
 	}
 	return addrs, probes
 }
+
+// TestReleaseAnsweredAfterValidity: a Release sent while the lock was
+// valid, whose answers come only after the nodes' leases ran out, is no
+// "lost before the release". Torture (redlock-5) found the holder told
+// ErrNotHeld as if its lock had been lost while it worked: two of the
+// three nodes that granted were stopped from just before the Release until
+// past the TTL, and answered "not ours" when they ran again. The error
+// must say that the validity ran out while the release waited (a loss,
+// dlock.ErrLockLost, as a Client's context reports a lease that ends during
+// its Release), and a release answered "not ours" within the validity must
+// not say so.
+func TestReleaseAnsweredAfterValidity(t *testing.T) {
+	srvs, rdbs := startNodes(t, 3)
+	_, probes := startNodesOn(t, rdbs)
+	r := newRedlock(t, rdbs, redlock.WithReleaseTimeout(3*time.Second))
+	const ttl = 300 * time.Millisecond
+	l, err := r.TryAcquire(bg, "late", dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, l).Fences(), 0) })
+	pauseNode(t, srvs[1])
+	pauseNode(t, srvs[2])
+	go func() {
+		time.Sleep(2 * ttl)
+		srvs[1].Resume()
+		srvs[2].Resume()
+	}()
+	start := time.Now()
+	err = l.Release(bg)
+	t.Logf("Release answered after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Release answered after the validity: %v, want ErrNotHeld saying the validity ran out (ErrLockLost)", err)
+	}
+	if !errors.Is(context.Cause(l.Context()), dlock.ErrReleased) {
+		t.Fatalf("cause %v, want ErrReleased: the context ended when Release began", context.Cause(l.Context()))
+	}
+
+	// Within the validity: keys gone from two nodes (as after a restart
+	// empty) is a loss before the release, and says nothing of a validity.
+	l, err = r.TryAcquire(bg, "early", dlock.WithTTL(10*time.Second), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, l).Fences(), 0) })
+	for _, p := range probes[1:] {
+		if err := p.Del(bg, "dlock:{early}").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = l.Release(bg)
+	if !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Release of keys gone within the validity: %v, want ErrNotHeld alone", err)
+	}
+}

@@ -1,9 +1,13 @@
 package torture
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock"
 )
 
 // The checker on hand-made histories: each case must give exactly the
@@ -113,6 +117,30 @@ func TestCheckJudgesHandMadeHistories(t *testing.T) {
 		}
 		if n != c.expected {
 			t.Errorf("%s: %d expected overlaps %v, want %d", c.name, n, v.Expected, c.expected)
+		}
+	}
+}
+
+// TestFinalOfReadsOnlyALateValidity: a Release error moves a hold's Final
+// off "released" only when it says the lease ran out before the answer
+// (ErrNotHeld and ErrLockLost, as redlock reports a validity that ran out
+// while its release waited); a plain "not held" keeps the context's cause,
+// so the checker still judges it.
+func TestFinalOfReadsOnlyALateValidity(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(dlock.ErrReleased)
+	late := fmt.Errorf("%w: released on 1 of 3 nodes (%w: the validity ran out while the release waited for the nodes)", dlock.ErrNotHeld, dlock.ErrLockLost)
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{nil, "released"},
+		{dlock.ErrNotHeld, "released"},
+		{fmt.Errorf("%w: lost before the release (%v)", dlock.ErrNotHeld, dlock.ErrLockLost), "released"},
+		{late, "expired"},
+	} {
+		if got := finalOf(ctx, c.err); got != c.want {
+			t.Errorf("finalOf(%v) = %q, want %q", c.err, got, c.want)
 		}
 	}
 }

@@ -239,6 +239,20 @@ func newLocker(kind string, rdb redis.UniversalClient, owner, prefix string, ttl
 }
 
 // causeOf names why a lock's context ended.
+// finalOf is a hold's Final: why the lock's context had ended when Release
+// returned, or what the Release error says ended the lease before the
+// answer. A Redlock ends its context (ErrReleased) when Release begins,
+// before it asks the nodes, and says in the error when its validity ran out
+// while the release waited for them (ErrLockLost): the holder stopped
+// believing in its lease then, as a Client's context says of a lease that
+// ends during its Release.
+func finalOf(ctx context.Context, releaseErr error) string {
+	if errors.Is(releaseErr, dlock.ErrNotHeld) && errors.Is(releaseErr, dlock.ErrLockLost) {
+		return causeOf(releaseErr)
+	}
+	return causeOf(context.Cause(ctx))
+}
+
 func causeOf(err error) string {
 	switch {
 	case err == nil:

@@ -247,7 +247,7 @@ func (w *worker) hold(h *Hold, l held, res *Resource) {
 	err := l.Release(rctx2)
 	h.Released = Now()
 	h.Release = releaseOutcome(err)
-	h.Final = causeOf(context.Cause(l.Context()))
+	h.Final = finalOf(l.Context(), err)
 }
 
 // dial connects to Redis through a connection that resets itself, now and
