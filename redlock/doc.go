@@ -59,7 +59,10 @@
 // whose grant was heard of: a grant whose reply was lost or is still on the
 // way is freed too, and a late attempt grants nothing. It returns once a
 // quorum released, leaving slower nodes to the background, within the
-// release timeout; Close waits for them. An acquisition that fails gives
+// release timeout; Close waits for them. A majority answering "not ours"
+// gives dlock.ErrNotHeld, and dlock.ErrLockLost too when they answered only
+// after the validity ran out: their leases may have ended while the release
+// waited for them. An acquisition that fails gives
 // its token up the same way on the nodes that granted and on those not
 // heard from.
 //
