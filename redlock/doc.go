@@ -60,9 +60,9 @@
 // way is freed too, and a late attempt grants nothing. It returns once a
 // quorum released, leaving slower nodes to the background, within the
 // release timeout; Close waits for them. A majority answering "not ours"
-// gives dlock.ErrNotHeld, and dlock.ErrLockLost too when they answered only
-// after the validity ran out: their leases may have ended while the release
-// waited for them. An acquisition that fails gives
+// gives dlock.ErrNotHeld, and ErrReleasedLate too when too few of them said
+// so within the validity to make a majority: the leases of the others may
+// have ended while the release waited for them. An acquisition that fails gives
 // its token up the same way on the nodes that granted and on those not
 // heard from.
 //

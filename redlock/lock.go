@@ -404,10 +404,10 @@ func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
 // Close waits for them. It reports dlock.ErrNotHeld when it was released
 // before, when its context had already ended with a loss (the nodes that
 // still had it are freed all the same), or when a majority of the nodes
-// answered that it was no longer held there (if they answered only after
-// the validity ran out, the error matches dlock.ErrLockLost too: their
-// leases may have ended while the release waited for them, after a hold
-// the validity covered); and an error matching
+// answered that it was no longer held there (matching ErrReleasedLate too
+// when too few said so within the validity to make a majority: the others'
+// leases may have ended while the release waited for them, after a hold the
+// validity covered); and an error matching
 // ErrNoQuorum, with the nodes' errors, when failing nodes (unreachable,
 // timed out) kept a quorum from releasing it: a node that did not answer
 // in time lets the lock expire with its lease. The lock is over either
@@ -430,6 +430,10 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	// Renewal first: nothing may extend the lease once the lock is let go.
 	l.stopOnce.Do(func() { close(l.stop) })
 	<-l.done
+	// The validity may have run out with the watch gone before its
+	// deadline fired (its select took stop): that is the loss the deadline
+	// would have made, not a release of a valid lock.
+	l.expire(l.validityCause())
 	l.mu.Lock()
 	if l.state == released {
 		l.mu.Unlock()
@@ -456,7 +460,8 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	// seconds, with the watch (and its deadline) already stopped.
 	// (TestReleaseEndsContextBeforeKeysAreFreed.)
 	l.cancel(cause)
-	n, notOurs, errs := l.releaseNodes(ctx, fences)
+	t := l.releaseNodes(ctx, fences, valid)
+	n, notOurs, errs := t.released, t.notOurs, t.errs
 	l.r.untrack(l)
 	e := dlock.ReleaseEvent{Name: l.name, Result: dlock.ResultOK, Held: time.Since(l.start), AfterLoss: afterLoss}
 	var err error
@@ -475,26 +480,6 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 		}
 		err = opError("release", l.name, msg)
 		e.Result = dlock.ResultError
-	case n < l.r.quorum:
-		// Not ResultError ("may still be held, retry"): a majority of
-		// the nodes said the lock was no longer ours there.
-		msg := fmt.Errorf("%w: released on %d of %d nodes", dlock.ErrNotHeld, n, len(l.r.nodes))
-		if !time.Now().Before(valid) {
-			// The validity ran out before a quorum answered: nodes that
-			// did not answer in time (stopped, slow) may have let the
-			// keys expire with the lease before the release reached
-			// them, so their "not ours" says nothing of the hold itself,
-			// which the validity covered. The error says so as a
-			// Client's context says it of a lease that ends during its
-			// Release: a loss, at the end of the validity, not before
-			// the release. (TestReleaseAnsweredAfterValidity.)
-			msg = fmt.Errorf("%w (%w: the validity ran out while the release waited for the nodes)", msg, dlock.ErrLockLost)
-		}
-		e.Result = dlock.ResultNotHeld
-		if len(errs) > 0 {
-			msg = fmt.Errorf("%w: %w", msg, errors.Join(errs...))
-		}
-		err = opError("release", l.name, msg)
 	case afterLoss:
 		// The lock's context already told the holder it was lost (the
 		// validity ran out, a margin before the nodes' leases): the
@@ -502,6 +487,25 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 		// holder learns what its context said, as from a Client.
 		err = opError("release", l.name, fmt.Errorf("%w: lost before the release (%w)", dlock.ErrNotHeld, cause))
 		e.Result = dlock.ResultNotHeld
+	case n < l.r.quorum:
+		// Not ResultError ("may still be held, retry"): a majority of
+		// the nodes said the lock was no longer ours there.
+		msg := fmt.Errorf("%w: released on %d of %d nodes", dlock.ErrNotHeld, n, len(l.r.nodes))
+		if t.notOursInTime <= len(l.r.nodes)-l.r.quorum {
+			// Too few nodes said "not ours" within the validity to make a
+			// majority: the rest said so after it ran out, and nodes that
+			// did not answer in time (stopped, slow) may have let the keys
+			// expire with the lease before the release reached them.
+			// Their answer says nothing of the hold, which the validity
+			// covered. (TestReleaseAnsweredAfterValidity; a majority that
+			// said it in time is a loss: TestNotOursWithinValidityIsNoLateLoss.)
+			msg = fmt.Errorf("%w (%w)", msg, ErrReleasedLate)
+		}
+		e.Result = dlock.ResultNotHeld
+		if len(errs) > 0 {
+			msg = fmt.Errorf("%w: %w", msg, errors.Join(errs...))
+		}
+		err = opError("release", l.name, msg)
 	}
 	e.Err = err
 	for _, o := range l.r.cfg.observers {
@@ -513,29 +517,38 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 // releaseNodes releases the lock by token on every node at once, and
 // returns once a quorum released it, or can no longer release it, with on
 // how many nodes it was released (now, or by an earlier send of the same
-// release), on how many the answer was that it was not ours there, and the
-// nodes' errors so far. The other nodes are left to the
-// background, on a context that keeps ctx's deadline (the release timeout)
-// but not its cancellation: waiting for the slowest node made Release take
-// as long as the release timeout with one node stopped, while the lock was
-// free on the others. (TestReleaseReturnsOnQuorum.)
+// release), on how many the answer was that it was not ours there (and how
+// many of those answered before valid), and the nodes' errors so far. The
+// other nodes are left to the background, on a context that keeps ctx's
+// deadline (the release timeout) but not its cancellation: waiting for the
+// slowest node made Release take as long as the release timeout with one
+// node stopped, while the lock was free on the others.
+// (TestReleaseReturnsOnQuorum.)
 //
 // A node that has not granted as far as we know (fence 0) is released too,
 // by giving the token up there: its grant may have been made with the reply
 // still out or lost, and an attempt still on the way then grants nothing.
 // (TestReleaseFreesUnheardGrant.) Only its reply 1, a grant released now,
 // counts: a give-up answers 2 where it found nothing.
-func (l *Lock) releaseNodes(ctx context.Context, fences []int64) (released, notOurs int, errs []error) {
+func (l *Lock) releaseNodes(ctx context.Context, fences []int64, valid time.Time) releaseTally {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(l.r.cfg.releaseTimeout)
 	}
 	bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	// When node i gave its first answer: written by its call before its
+	// reply is sent on the channel, read after the reply is received. A
+	// node that stops between its answer and the give-up that follows a
+	// "not ours" answered in time all the same.
+	answered := make([]time.Time, len(l.r.nodes))
 	replies, wait := l.r.fanOut(bctx, cancel, l.r.all(), func(ctx context.Context, i int) (int64, error) {
 		if fences[i] == 0 {
-			return l.r.release(ctx, i, l.keys, l.token, giveUpLock)
+			res, err := l.r.release(ctx, i, l.keys, l.token, giveUpLock)
+			answered[i] = time.Now()
+			return res, err
 		}
 		res, err := l.r.release(ctx, i, l.keys, l.token, holderRelease)
+		answered[i] = time.Now()
 		if err == nil && res == 0 {
 			// Not ours there (expired, or the node restarted empty):
 			// give the token up, so that a renewal's re-take of the
@@ -545,6 +558,7 @@ func (l *Lock) releaseNodes(ctx context.Context, fences []int64) (released, notO
 		return res, err
 	})
 	defer wait()
+	var t releaseTally
 	failed := 0
 	nodes := len(l.r.nodes)
 	for range nodes {
@@ -552,18 +566,29 @@ func (l *Lock) releaseNodes(ctx context.Context, fences []int64) (released, notO
 		switch {
 		case rep.err != nil:
 			failed++
-			errs = append(errs, fmt.Errorf("node %d: %w", rep.i, redisError(rep.err)))
+			t.errs = append(t.errs, fmt.Errorf("node %d: %w", rep.i, redisError(rep.err)))
 		case rep.res == 1 || rep.res == 2 && fences[rep.i] != 0: // 2: released by an earlier send of this release
-			released++
+			t.released++
 		default:
 			failed++
-			notOurs++
+			t.notOurs++
+			if answered[rep.i].Before(valid) {
+				t.notOursInTime++
+			}
 		}
-		if released >= l.r.quorum || failed > nodes-l.r.quorum {
+		if t.released >= l.r.quorum || failed > nodes-l.r.quorum {
 			break
 		}
 	}
-	return released, notOurs, errs
+	return t
+}
+
+// releaseTally is what releaseNodes heard by its verdict.
+type releaseTally struct {
+	released      int     // nodes where it was released
+	notOurs       int     // nodes that said it was not ours there
+	notOursInTime int     // of those, the ones that said so before the validity ran out
+	errs          []error // the failing nodes' errors
 }
 
 // join takes in node i's grant that arrived after the verdict. It reports
@@ -612,6 +637,14 @@ func (l *Lock) expire(cause error) time.Duration {
 	l.mu.Unlock()
 	l.lost(dlock.ReasonExpired, cause)
 	return 0
+}
+
+// validityCause is the cause of a loss by the end of the validity.
+func (l *Lock) validityCause() error {
+	if l.renew {
+		return fmt.Errorf("%w: %w: no renewal reached a quorum before the validity ran out", dlock.ErrLockLost, ErrNoQuorum)
+	}
+	return fmt.Errorf("%w: validity ran out (renewal off)", dlock.ErrLockLost)
 }
 
 // lost tells the observers of a loss just marked, and ends the context.
@@ -689,11 +722,7 @@ func (l *Lock) watch() {
 		case <-l.ctx.Done():
 			return // lost: a Refresh found it gone
 		case <-deadline.C:
-			cause := fmt.Errorf("%w: validity ran out (renewal off)", dlock.ErrLockLost)
-			if l.renew {
-				cause = fmt.Errorf("%w: %w: no renewal reached a quorum before the validity ran out", dlock.ErrLockLost, ErrNoQuorum)
-			}
-			if left := l.expire(cause); left > 0 {
+			if left := l.expire(l.validityCause()); left > 0 {
 				deadline.Reset(left) // a renewal or Refresh moved it
 				continue
 			}

@@ -19,6 +19,15 @@ import (
 // failing, or the attempt took longer than the lease).
 var ErrNoQuorum = errors.New("redlock: no quorum")
 
+// ErrReleasedLate is part of Release's error, beside dlock.ErrNotHeld, when
+// the nodes that said "not ours" within the lock's validity were too few to
+// make a majority, and the rest said so only after the validity ran out:
+// their leases may have ended while the release waited for them (nodes
+// stopped or slow from just before the release until past the TTL). The
+// hold, up to the call of Release, was covered by the validity; nothing is
+// held any more.
+var ErrReleasedLate = errors.New("redlock: the nodes answered the release after the validity ran out")
+
 // Redlock takes locks on a majority of independent Redis primaries (the
 // Redlock algorithm), so a lock survives the loss of a minority of them. It
 // is a dlock.Locker: code written against dlock.Locker and dlock.Lock runs

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redlock"
 )
 
 // The checker on hand-made histories: each case must give exactly the
@@ -122,14 +123,13 @@ func TestCheckJudgesHandMadeHistories(t *testing.T) {
 }
 
 // TestFinalOfReadsOnlyALateValidity: a Release error moves a hold's Final
-// off "released" only when it says the lease ran out before the answer
-// (ErrNotHeld and ErrLockLost, as redlock reports a validity that ran out
-// while its release waited); a plain "not held" keeps the context's cause,
-// so the checker still judges it.
+// off "released" only when it says the nodes answered after the validity
+// (redlock.ErrReleasedLate); a plain "not held", or one that wraps a loss,
+// keeps the context's cause, so the checker still judges it.
 func TestFinalOfReadsOnlyALateValidity(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(dlock.ErrReleased)
-	late := fmt.Errorf("%w: released on 1 of 3 nodes (%w: the validity ran out while the release waited for the nodes)", dlock.ErrNotHeld, dlock.ErrLockLost)
+	late := fmt.Errorf("%w: released on 1 of 3 nodes (%w)", dlock.ErrNotHeld, redlock.ErrReleasedLate)
 	for _, c := range []struct {
 		err  error
 		want string
@@ -137,6 +137,7 @@ func TestFinalOfReadsOnlyALateValidity(t *testing.T) {
 		{nil, "released"},
 		{dlock.ErrNotHeld, "released"},
 		{fmt.Errorf("%w: lost before the release (%v)", dlock.ErrNotHeld, dlock.ErrLockLost), "released"},
+		{fmt.Errorf("%w: lost before the release (%w)", dlock.ErrNotHeld, dlock.ErrLockLost), "released"},
 		{late, "expired"},
 	} {
 		if got := finalOf(ctx, c.err); got != c.want {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/election"
+	"github.com/dlock-go/dlock/redlock"
 )
 
 // The locks a worker can use: dlock, and the broken locks the checker must
@@ -240,15 +241,15 @@ func newLocker(kind string, rdb redis.UniversalClient, owner, prefix string, ttl
 
 // causeOf names why a lock's context ended.
 // finalOf is a hold's Final: why the lock's context had ended when Release
-// returned, or what the Release error says ended the lease before the
-// answer. A Redlock ends its context (ErrReleased) when Release begins,
-// before it asks the nodes, and says in the error when its validity ran out
-// while the release waited for them (ErrLockLost): the holder stopped
-// believing in its lease then, as a Client's context says of a lease that
-// ends during its Release.
+// returned, or, for a Redlock, that its validity ran out before the nodes
+// answered. A Redlock ends its context (ErrReleased) when Release begins,
+// before it asks the nodes, and says in the error when too few of them said
+// "not ours" within the validity (redlock.ErrReleasedLate): the holder's
+// belief in its lease ended with the validity, as a Client's context ends
+// when a lease runs out during its Release.
 func finalOf(ctx context.Context, releaseErr error) string {
-	if errors.Is(releaseErr, dlock.ErrNotHeld) && errors.Is(releaseErr, dlock.ErrLockLost) {
-		return causeOf(releaseErr)
+	if errors.Is(releaseErr, redlock.ErrReleasedLate) {
+		return "expired"
 	}
 	return causeOf(context.Cause(ctx))
 }
