@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -144,7 +145,9 @@ func (l *Lock) Fence() int64 { return l.fence }
 //     acquired WithoutRenewal ran out, or a renewal or Refresh found the
 //     lock gone on a majority of the nodes. The token is then given up on
 //     every node, in the background, so that keys a renewal kept alive on
-//     some nodes do not block the next holder.
+//     some nodes do not block the next holder. A Release (or Close) that
+//     begins after the validity ran out, before the lock's timer marked it,
+//     ends the context this way too, as the timer would have.
 func (l *Lock) Context() context.Context { return l.ctx }
 
 // TTL returns what is left of the quorum's validity, on the local clock.
@@ -395,8 +398,9 @@ func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
-// Release ends the lock's context (cause dlock.ErrReleased), before any node
-// is asked, then releases the lock by its token on every node: those that
+// Release ends the lock's context (cause dlock.ErrReleased; a loss, and
+// dlock.ErrNotHeld "lost before the release", if the validity had already
+// run out), before any node is asked, then releases the lock by its token on every node: those that
 // granted it, and the others, whose grant may not have been heard of (there
 // the token is given up, so that an attempt still on the way grants
 // nothing). It returns once a quorum released it (or can no longer), and
@@ -518,7 +522,8 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 // returns once a quorum released it, or can no longer release it, with on
 // how many nodes it was released (now, or by an earlier send of the same
 // release), on how many the answer was that it was not ours there (and how
-// many of those answered before valid), and the nodes' errors so far. The
+// many nodes, heard at the verdict or not yet, said so before valid), and
+// the nodes' errors so far. The
 // other nodes are left to the background, on a context that keeps ctx's
 // deadline (the release timeout) but not its cancellation: waiting for the
 // slowest node made Release take as long as the release timeout with one
@@ -536,19 +541,26 @@ func (l *Lock) releaseNodes(ctx context.Context, fences []int64, valid time.Time
 		deadline = time.Now().Add(l.r.cfg.releaseTimeout)
 	}
 	bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	// When node i gave its first answer: written by its call before its
-	// reply is sent on the channel, read after the reply is received. A
-	// node that stops between its answer and the give-up that follows a
-	// "not ours" answered in time all the same.
-	answered := make([]time.Time, len(l.r.nodes))
+	// Nodes that said "not ours" before valid, counted by each node's call
+	// at its first answer: its reply reaches the verdict only after the
+	// give-up that follows, and a node that stops between the two answered
+	// in time all the same, even when another node's reply makes the
+	// verdict first. (TestInTimeNotOursBehindVerdictIsNoLateLoss.)
+	var inTime atomic.Int32
+	notOurs := func(i int, res int64) bool { return !(res == 1 || res == 2 && fences[i] != 0) } // 2: released by an earlier send of this release
+	answered := func(i int, res int64, err error) {
+		if err == nil && notOurs(i, res) && time.Now().Before(valid) {
+			inTime.Add(1)
+		}
+	}
 	replies, wait := l.r.fanOut(bctx, cancel, l.r.all(), func(ctx context.Context, i int) (int64, error) {
 		if fences[i] == 0 {
 			res, err := l.r.release(ctx, i, l.keys, l.token, giveUpLock)
-			answered[i] = time.Now()
+			answered(i, res, err)
 			return res, err
 		}
 		res, err := l.r.release(ctx, i, l.keys, l.token, holderRelease)
-		answered[i] = time.Now()
+		answered(i, res, err)
 		if err == nil && res == 0 {
 			// Not ours there (expired, or the node restarted empty):
 			// give the token up, so that a renewal's re-take of the
@@ -567,19 +579,17 @@ func (l *Lock) releaseNodes(ctx context.Context, fences []int64, valid time.Time
 		case rep.err != nil:
 			failed++
 			t.errs = append(t.errs, fmt.Errorf("node %d: %w", rep.i, redisError(rep.err)))
-		case rep.res == 1 || rep.res == 2 && fences[rep.i] != 0: // 2: released by an earlier send of this release
+		case !notOurs(rep.i, rep.res):
 			t.released++
 		default:
 			failed++
 			t.notOurs++
-			if answered[rep.i].Before(valid) {
-				t.notOursInTime++
-			}
 		}
 		if t.released >= l.r.quorum || failed > nodes-l.r.quorum {
 			break
 		}
 	}
+	t.notOursInTime = int(inTime.Load())
 	return t
 }
 
@@ -587,7 +597,7 @@ func (l *Lock) releaseNodes(ctx context.Context, fences []int64, valid time.Time
 type releaseTally struct {
 	released      int     // nodes where it was released
 	notOurs       int     // nodes that said it was not ours there
-	notOursInTime int     // of those, the ones that said so before the validity ran out
+	notOursInTime int     // nodes that said so before the validity ran out, also those whose reply is still out
 	errs          []error // the failing nodes' errors
 }
 
