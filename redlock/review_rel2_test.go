@@ -2,7 +2,6 @@ package redlock_test
 
 import (
 	"errors"
-	"slices"
 	"testing"
 	"time"
 
@@ -35,27 +34,13 @@ func TestInTimeNotOursBehindVerdictIsNoLateLoss(t *testing.T) {
 	t.Cleanup(srvs[0].Resume)
 	warmUp(t, r)
 
-	l, err := r.TryAcquire(bg, "hidden", dlock.WithTTL(ttl), dlock.WithoutRenewal())
-	if err != nil {
-		t.Fatal(err)
-	}
-	acquired := time.Now()
-	waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, l).Fences(), 0) })
-	for _, p := range probes[1:] {
-		if err := p.Del(bg, "dlock:{hidden}").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	left, err := l.TTL(bg)
-	if err != nil || left < ttl/2 {
-		t.Fatalf("validity left before Release: %v, %v; want well within it", left, err)
-	}
+	l, acquired, left := lostOnTwo(t, r, probes, "hidden", ttl)
 	// Node 0 stopped from just before the Release until past the TTL: its
 	// key expires meanwhile, and it answers "not ours" late.
 	srvs[0].Pause()
 	time.AfterFunc(time.Until(acquired.Add(ttl+200*time.Millisecond)), srvs[0].Resume)
 	called := time.Since(acquired)
-	err = l.Release(bg)
+	err := l.Release(bg)
 	t.Logf("Release called %v after the acquisition with %v of validity left, answered %v after it: %v",
 		called.Round(time.Millisecond), left.Round(time.Millisecond), time.Since(acquired).Round(time.Millisecond), err)
 	if h.fired.Load() != 1 {

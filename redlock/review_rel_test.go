@@ -72,23 +72,9 @@ func TestNotOursWithinValidityIsNoLateLoss(t *testing.T) {
 	r := newRedlock(t, rdbs, redlock.WithReleaseTimeout(3*time.Second))
 	warmUp(t, r)
 
-	l, err := r.TryAcquire(bg, "gone", dlock.WithTTL(ttl), dlock.WithoutRenewal())
-	if err != nil {
-		t.Fatal(err)
-	}
-	acquired := time.Now()
-	waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, l).Fences(), 0) })
-	for _, p := range probes[1:] {
-		if err := p.Del(bg, "dlock:{gone}").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	left, err := l.TTL(bg)
-	if err != nil || left < ttl/2 {
-		t.Fatalf("validity left before Release: %v, %v; want well within it", left, err)
-	}
+	l, acquired, left := lostOnTwo(t, r, probes, "gone", ttl)
 	called := time.Since(acquired)
-	err = l.Release(bg)
+	err := l.Release(bg)
 	t.Logf("Release called %v after the acquisition with %v of validity left, answered %v after the acquisition: %v",
 		called.Round(time.Millisecond), left.Round(time.Millisecond), time.Since(acquired).Round(time.Millisecond), err)
 	if h.fired.Load() != 1 {
@@ -172,4 +158,27 @@ func TestReleaseAfterTakeoverSaysLost(t *testing.T) {
 	if !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("Release after a loss: %v, want it to match ErrLockLost (lost before the release), as it does when the give-ups land first", err)
 	}
+}
+
+// lostOnTwo acquires name on three nodes WithoutRenewal and deletes its key
+// on nodes 1 and 2 (a majority loss, as after restarts), well within the
+// validity; it returns the lock, when it was acquired and the validity left.
+func lostOnTwo(t *testing.T, r *redlock.Redlock, probes []redis.UniversalClient, name string, ttl time.Duration) (dlock.Lock, time.Time, time.Duration) {
+	t.Helper()
+	l, err := r.TryAcquire(bg, name, dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquired := time.Now()
+	waitFor(t, "every node in the lock", func() bool { return !slices.Contains(asLock(t, l).Fences(), 0) })
+	for _, p := range probes[1:] {
+		if err := p.Del(bg, "dlock:{"+name+"}").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left, err := l.TTL(bg)
+	if err != nil || left < ttl/2 {
+		t.Fatalf("validity left before Release: %v, %v; want well within it", left, err)
+	}
+	return l, acquired, left
 }
