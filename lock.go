@@ -121,9 +121,21 @@ func (l *redisLock) Fence() int64 { return l.fence }
 //     stopped renewal and the lease then ran out.
 //
 // A holder paused (GC, SIGSTOP, a VM freeze) past its deadline finds the
-// context cancelled as soon as it runs again, without a network round trip;
-// but what it did during the pause is unprotected: use fencing for writes.
+// context cancelled as soon as it runs again, without a network round trip
+// (Context itself looks at the deadline, and the timer ends the context
+// it returned before); but what it did during the pause is unprotected: use
+// fencing for writes.
 func (l *redisLock) Context() context.Context {
+	// A deadline that passed while this process did not run (stopped,
+	// frozen, starved of CPU) ends the lock here, at once: the deadline
+	// timer's goroutine may run only after the holder has asked and begun
+	// its work. (TestContextOfLeaseOverIsEndedAtOnce.)
+	l.mu.Lock()
+	over := l.state == held && l.leaseLeft() <= 0
+	l.mu.Unlock()
+	if over {
+		l.leaseEnded()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil {

@@ -214,7 +214,18 @@ func (m *MultiLock) Fences() []int64 {
 // (a cause matching ErrLockLost, naming the lock), or released (ErrReleased).
 // It carries the MultiLock (FromContext), so acquiring any of its names under
 // it fails with ErrReentrant.
-func (m *MultiLock) Context() context.Context { return m.ctx }
+//
+// Each member's Context looks at its own lease deadline when asked (see
+// Lock.Context), and a member found ended ends this context here, at once,
+// rather than when its AfterFunc goroutine runs.
+func (m *MultiLock) Context() context.Context {
+	for _, l := range m.locks {
+		if lctx := l.Context(); lctx.Err() != nil {
+			m.cancel(fmt.Errorf("lock %q: %w", l.Name(), context.Cause(lctx)))
+		}
+	}
+	return m.ctx
+}
 
 // TTL returns the smallest lease left among the members, or the first error
 // (ErrNotHeld once any member is no longer held).

@@ -148,7 +148,19 @@ func (l *Lock) Fence() int64 { return l.fence }
 //     some nodes do not block the next holder. A Release (or Close) that
 //     begins after the validity ran out, before the lock's timer marked it,
 //     ends the context this way too, as the timer would have.
-func (l *Lock) Context() context.Context { return l.ctx }
+func (l *Lock) Context() context.Context {
+	// A validity that ran out while this process did not run (stopped,
+	// frozen, starved of CPU) ends the lock here, at once: the watch's
+	// timer may fire only after the holder has asked and begun its work.
+	// (TestContextOfValidityOverIsEndedAtOnce.)
+	l.mu.Lock()
+	over := l.state == held && !time.Now().Before(l.valid)
+	l.mu.Unlock()
+	if over {
+		l.expire(l.validityCause())
+	}
+	return l.ctx
+}
 
 // TTL returns what is left of the quorum's validity, on the local clock.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {

@@ -89,6 +89,14 @@ type checker struct {
 
 func (c *checker) end(x Hold) int64 { return x.End(c.h.Stop) }
 
+// believed reports whether the holder of x ever believed in its lock: a
+// hold whose context had ended when its worker first looked, before any
+// work (Lost stamped at Got: a lease that ran out while the worker was
+// stopped between Acquire's return and its first look), is no holder. The
+// library must not hand out such a lock alive: a context still alive at
+// that look is a belief, judged as any other.
+func (c *checker) believed(x Hold) bool { return x.Lost == 0 || x.Lost > x.Got }
+
 // ms renders a stamp relative to the run's start.
 func (c *checker) ms(t int64) string { return fmt.Sprintf("%.1fms", float64(t-c.h.Start)/1e6) }
 
@@ -156,6 +164,9 @@ func (c *checker) overlaps(holds []Hold) {
 			}
 			if a.Shared && b.Shared {
 				continue // readers share; a writer overlaps nobody
+			}
+			if !c.believed(b) {
+				continue
 			}
 			if why := c.excuse(a.Worker, a.Name, a.Got, ea, a.Got, b.Got); why != "" {
 				if !counted {

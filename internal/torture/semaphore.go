@@ -26,6 +26,9 @@ const LockSemRacy = "sem-racy"
 func (c *checker) crowds(holds []Hold, n int) {
 	counted := map[int]bool{}
 	for j, b := range holds {
+		if !c.believed(b) {
+			continue
+		}
 		var inside []string
 		for i, a := range holds[:j] {
 			ea := c.end(a)

@@ -35,6 +35,11 @@ func TestCheckCountsPermits(t *testing.T) {
 		{name: "a grant learned late", holds: []Hold{
 			with(hold(7, 2, 0, 60), func(h *Hold) { h.Got = ms(50) }), hold(2, 1, 1, 3),
 			with(hold(1, 3, 20, 31), func(h *Hold) { h.Got = ms(30) }), with(hold(3, 4, 40, 46), func(h *Hold) { h.Got = ms(45) })}},
+		// w3 was granted before the others and stopped between Acquire's
+		// return and its first look, past its lease: the context had ended
+		// by then (Lost at Got), so it never held a third permit.
+		{name: "a third whose context had ended at its first look", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20),
+			with(hold(3, 3, 6, 8), func(h *Hold) { h.Lost, h.Cause = h.Got, "expired" })}},
 		{name: "a fence going back", holds: []Hold{hold(1, 3, 0, 10), hold(2, 2, 11, 20)}, want: 1, fence: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -198,14 +198,26 @@ func (w *worker) hold(h *Hold, l held, res *Resource) {
 	var lost int64
 	var cause error
 	var mu sync.Mutex
-	stop := context.AfterFunc(l.Context(), func() {
+	lctx := l.Context()
+	if lctx.Err() != nil {
+		// Ended when the holder first looked, before any work: a lease
+		// that ran out while this process was stopped after Acquire
+		// returned (Context looks at the deadline). The holder never
+		// believed in it: its belief ends where it began, and Check
+		// counts it as no holder.
+		lost, cause = h.Got, context.Cause(lctx)
+	}
+	stop := context.AfterFunc(lctx, func() {
 		mu.Lock()
-		lost, cause = Now(), context.Cause(l.Context())
+		if lost == 0 {
+			lost, cause = Now(), context.Cause(lctx)
+		}
+		at, why := lost, cause
 		mu.Unlock()
 		// On record at once: a worker killed later in its critical
 		// section had stopped believing in its lock here.
-		if c := causeOf(cause); c != "released" {
-			w.emit(line{Kind: "lost", Hold: &Hold{Worker: h.Worker, Seq: h.Seq, Lost: lost, Cause: c}})
+		if c := causeOf(why); c != "released" {
+			w.emit(line{Kind: "lost", Hold: &Hold{Worker: h.Worker, Seq: h.Seq, Lost: at, Cause: c}})
 		}
 	})
 	defer stop()

@@ -1,0 +1,70 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// TestContextOfLeaseOverIsEndedAtOnce: a holder whose process stopped
+// (SIGSTOP, a VM freeze) after Acquire returned, and ran again past its
+// lease deadline, must find the lock's context ended when it first asks for
+// it, not when the deadline timer's goroutine next gets to run. Torture
+// (TestSemaphoreScenario, in CI) saw a worker stopped right after Acquire
+// returned a permit: it ran again 780 ms later, past the 500 ms lease,
+// asked for the context, found it alive and did its work while three
+// others held the three permits. Here the timer is held back, as the
+// scheduler held it back there.
+func TestContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	// Without renewal: a renewal would move the deadline, as it should.
+	for _, opts := range [][]AcquireOption{{WithoutRenewal()}, {WithoutRenewal(), Permits(3)}} {
+		const ttl = 300 * time.Millisecond
+		l, err := c.TryAcquire(context.Background(), "paused", append(opts, WithTTL(ttl))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rl := l.(*redisLock)
+		rl.deadline.Stop() // the timer has not run yet
+		time.Sleep(ttl)    // the process was stopped past the lease
+		ctx := l.Context()
+		if !errors.Is(context.Cause(ctx), ErrLockLost) {
+			t.Fatalf("context asked for %v after Acquire, past its lease: cause %v, want ErrLockLost", ttl, context.Cause(ctx))
+		}
+		if err := l.Release(context.Background()); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Release after the lease ran out: %v, want ErrNotHeld", err)
+		}
+	}
+}
+
+// TestMultiLockContextOfLeaseOverIsEndedAtOnce: the same for a MultiLock,
+// whose context ends with its first member's: asked for past a member's
+// lease, it is ended at once, not when that member's AfterFunc runs.
+func TestMultiLockContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	const ttl = 300 * time.Millisecond
+	m, err := AcquireAll(context.Background(), c, []string{"pa", "pb"}, WithTTL(ttl), WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range m.locks {
+		l.(*redisLock).deadline.Stop() // the timers have not run yet
+	}
+	time.Sleep(ttl)
+	if cause := context.Cause(m.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Fatalf("MultiLock context asked for past its lease: cause %v, want ErrLockLost", cause)
+	}
+}
