@@ -145,6 +145,13 @@ func Run(ctx context.Context, l Lock, fn func(ctx context.Context) error) (err e
 	// Stopped before the release, whose own cancellation of the lock's
 	// context (cause ErrReleased) must not reach fn's.
 	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
+	if lctx.Err() != nil {
+		// Ended already (Context found the lease deadline passed: the
+		// process stopped after Acquire returned): fn must not begin its
+		// work on a live context while the AfterFunc goroutine has yet to
+		// run. (TestRunFnContextOfLeaseOverIsEndedAtOnce.)
+		cancel(context.Cause(lctx))
+	}
 	defer func() {
 		stop()
 		cancel(context.Canceled)

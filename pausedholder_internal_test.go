@@ -25,16 +25,11 @@ func TestContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	// Without renewal: a renewal would move the deadline, as it should.
-	for _, opts := range [][]AcquireOption{{WithoutRenewal()}, {WithoutRenewal(), Permits(3)}} {
+	// Without renewal (pausedLock): a renewal would move the deadline, as
+	// it should.
+	for _, opts := range [][]AcquireOption{nil, {Permits(3)}} {
 		const ttl = 300 * time.Millisecond
-		l, err := c.TryAcquire(context.Background(), "paused", append(opts, WithTTL(ttl))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rl := l.(*redisLock)
-		rl.deadline.Stop() // the timer has not run yet
-		time.Sleep(ttl)    // the process was stopped past the lease
+		l := pausedLock(t, c, "paused", ttl, opts...)
 		ctx := l.Context()
 		if !errors.Is(context.Cause(ctx), ErrLockLost) {
 			t.Fatalf("context asked for %v after Acquire, past its lease: cause %v, want ErrLockLost", ttl, context.Cause(ctx))

@@ -123,10 +123,18 @@ func (r *reentry) handle() *reentrantLock {
 	return h
 }
 
-func (h *reentrantLock) Name() string             { return h.r.lock.Name() }
-func (h *reentrantLock) Token() string            { return h.r.lock.Token() }
-func (h *reentrantLock) Fence() int64             { return h.r.lock.Fence() }
-func (h *reentrantLock) Context() context.Context { return h.ctx }
+func (h *reentrantLock) Name() string  { return h.r.lock.Name() }
+func (h *reentrantLock) Token() string { return h.r.lock.Token() }
+func (h *reentrantLock) Fence() int64  { return h.r.lock.Fence() }
+
+// Context returns the handle's context, a child of the lock's. The lock's
+// Context is asked first: it ends a lock whose lease deadline has passed at
+// once, and a child context is cancelled within that call.
+// (TestReentrantContextOfLeaseOverIsEndedAtOnce.)
+func (h *reentrantLock) Context() context.Context {
+	h.r.lock.Context()
+	return h.ctx
+}
 
 // TTL is the lock's lease left, while this handle is not released.
 func (h *reentrantLock) TTL(ctx context.Context) (time.Duration, error) {

@@ -57,7 +57,7 @@ func Check(h History) Verdict {
 	for _, f := range h.Faults {
 		v.Faults[f.Kind]++
 	}
-	c := checker{h: h, v: &v, byName: map[string][]Hold{}}
+	c := checker{h: h, v: &v, byName: map[string][]Hold{}, unbelieved: map[[2]int]bool{}}
 	for _, x := range h.Holds {
 		c.byName[x.Name] = append(c.byName[x.Name], x)
 	}
@@ -85,17 +85,36 @@ type checker struct {
 	h      History
 	v      *Verdict
 	byName map[string][]Hold // sorted by Got
+	// unbelieved: the holds believed found no holder, each counted once
+	// under the pause that explains it.
+	unbelieved map[[2]int]bool
 }
 
 func (c *checker) end(x Hold) int64 { return x.End(c.h.Stop) }
 
-// believed reports whether the holder of x ever believed in its lock: a
-// hold whose context had ended when its worker first looked, before any
-// work (Lost stamped at Got: a lease that ran out while the worker was
-// stopped between Acquire's return and its first look), is no holder. The
-// library must not hand out such a lock alive: a context still alive at
-// that look is a belief, judged as any other.
-func (c *checker) believed(x Hold) bool { return x.Lost == 0 || x.Lost > x.Got }
+// believed reports whether the holder of x believed in its lock. A hold
+// whose context had ended when its worker first looked, before any work
+// (Lost stamped at Got), while a pause of that worker between Asked and Got
+// explains it (the lease ran out while the worker was stopped between
+// Acquire's return and its first look), is no holder: counted as the pause,
+// once, and judged no further. Without such a pause it is judged as any
+// other hold: Acquire returned a lock already over, which the library's
+// checks exist to prevent. (TestCheckStaleGrantWithoutPauseIsNotHidden.)
+func (c *checker) believed(x Hold) bool {
+	if x.Lost == 0 || x.Lost > x.Got {
+		return true
+	}
+	for _, f := range c.h.Faults {
+		if f.Kind == FaultPause && f.Worker == x.Worker && f.From < x.Got && f.To > x.Asked {
+			if k := [2]int{x.Worker, x.Seq}; !c.unbelieved[k] {
+				c.unbelieved[k] = true
+				c.v.Expected[expected[FaultPause]]++
+			}
+			return false
+		}
+	}
+	return true
+}
 
 // ms renders a stamp relative to the run's start.
 func (c *checker) ms(t int64) string { return fmt.Sprintf("%.1fms", float64(t-c.h.Start)/1e6) }

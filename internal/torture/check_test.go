@@ -37,10 +37,14 @@ func TestCheckJudgesHandMadeHistories(t *testing.T) {
 		{name: "overlap of a holder paused inside", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20)}, faults: []Fault{pause(1, 2, 4)}, expected: 1},
 		{name: "overlap before a pause of the holder", holds: []Hold{hold(1, 1, 0, 1200), hold(2, 2, 10, 20)}, faults: []Fault{pause(1, 500, 1100)}, want: []string{"two holders"}},
 		{name: "overlap after a pause of the waiter", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20)}, faults: []Fault{pause(2, 1, 4)}, want: []string{"two holders"}},
+		// w2 asked at 0, was granted, stopped before its first look and
+		// found its context ended: no holder, counted as the pause.
 		{name: "overlap by a holder whose context had ended at its first look", holds: []Hold{hold(1, 1, 0, 10),
-			with(hold(2, 2, 5, 20), func(h *Hold) { h.Lost, h.Cause = h.Got, "expired" })}, faults: []Fault{pause(2, 1, 4)}},
+			with(hold(2, 2, 5, 20), func(h *Hold) { h.Asked, h.Lost, h.Cause = 0, h.Got, "expired" })}, faults: []Fault{pause(2, 1, 4)}, expected: 1},
 		{name: "overlap by a holder whose context ended just after its first look", holds: []Hold{hold(1, 1, 0, 10),
-			with(hold(2, 2, 5, 20), func(h *Hold) { h.Lost, h.Cause = h.Got+1, "expired" })}, faults: []Fault{pause(2, 1, 4)}, want: []string{"two holders"}},
+			with(hold(2, 2, 5, 20), func(h *Hold) { h.Asked, h.Lost, h.Cause = 0, h.Got+1, "expired" })}, faults: []Fault{pause(2, 1, 4)}, want: []string{"two holders"}},
+		{name: "overlap by a holder ended at its first look, paused only before it asked", holds: []Hold{hold(1, 1, 0, 10),
+			with(hold(2, 2, 5, 20), func(h *Hold) { h.Asked, h.Lost, h.Cause = ms(4), h.Got, "expired" })}, faults: []Fault{pause(2, 1, 3)}, want: []string{"two holders"}},
 		{name: "overlap across a restart without persistence", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20)},
 			faults: []Fault{{Kind: FaultRestartEmpty, Worker: -1, From: ms(2), To: ms(3)}}, expected: 1},
 		{name: "overlap across a restart with persistence", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20)},

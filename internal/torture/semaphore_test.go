@@ -39,7 +39,10 @@ func TestCheckCountsPermits(t *testing.T) {
 		// return and its first look, past its lease: the context had ended
 		// by then (Lost at Got), so it never held a third permit.
 		{name: "a third whose context had ended at its first look", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20),
-			with(hold(3, 3, 6, 8), func(h *Hold) { h.Lost, h.Cause = h.Got, "expired" })}},
+			with(hold(3, 3, 6, 8), func(h *Hold) { h.Asked, h.Lost, h.Cause = 0, h.Got, "expired" })},
+			faults: []Fault{{Kind: FaultPause, Worker: 3, From: ms(1), To: ms(5)}}, expected: 1},
+		{name: "a third whose context had ended at its first look, no pause", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 5, 20),
+			with(hold(3, 3, 6, 8), func(h *Hold) { h.Asked, h.Lost, h.Cause = 0, h.Got, "expired" })}, want: 1},
 		{name: "a fence going back", holds: []Hold{hold(1, 3, 0, 10), hold(2, 2, 11, 20)}, want: 1, fence: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
