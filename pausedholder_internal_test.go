@@ -19,12 +19,7 @@ import (
 // others held the three permits. Here the timer is held back, as the
 // scheduler held it back there.
 func TestContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	c, err := New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	c := standaloneClient(t)
 	// Without renewal (pausedLock): a renewal would move the deadline, as
 	// it should.
 	for _, opts := range [][]AcquireOption{nil, {Permits(3)}} {
@@ -44,12 +39,7 @@ func TestContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
 // whose context ends with its first member's: asked for past a member's
 // lease, it is ended at once, not when that member's AfterFunc runs.
 func TestMultiLockContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	c, err := New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	c := standaloneClient(t)
 	const ttl = 300 * time.Millisecond
 	m, err := AcquireAll(context.Background(), c, []string{"pa", "pb"}, WithTTL(ttl), WithoutRenewal())
 	if err != nil {
@@ -62,4 +52,16 @@ func TestMultiLockContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
 	if cause := context.Cause(m.Context()); !errors.Is(cause, ErrLockLost) {
 		t.Fatalf("MultiLock context asked for past its lease: cause %v, want ErrLockLost", cause)
 	}
+}
+
+// standaloneClient is a Client on a fresh redis-server, closed at the end
+// of the test.
+func standaloneClient(t *testing.T) *Client {
+	t.Helper()
+	c, err := New(redistest.Start(t).Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // Review of 364b583: Context() looks at the deadline itself, but two ways in
@@ -37,12 +35,7 @@ func pausedLock(t *testing.T, c *Client, name string, ttl time.Duration, opts ..
 // context that context.AfterFunc cancels from a goroutine of its own: fn
 // starts its work with a live context.
 func TestRunFnContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	c, err := New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	c := standaloneClient(t)
 	const ttl, rounds = 50 * time.Millisecond, 10
 	alive := 0
 	for i := range rounds {
@@ -63,12 +56,7 @@ func TestRunFnContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
 // a handle whose Context() returns the context made at Acquire, without
 // looking at the deadline.
 func TestReentrantContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	c, err := New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	c := standaloneClient(t)
 	l := pausedLock(t, c, "reentrant-paused", 50*time.Millisecond, WithReentry())
 	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
 		t.Fatalf("WithReentry handle's context asked for past its lease: cause %v, want ErrLockLost", cause)
