@@ -412,8 +412,8 @@ func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
 
 // Release ends the lock's context (cause dlock.ErrReleased; a loss, and
 // dlock.ErrNotHeld "lost before the release", if the validity had already
-// run out), before any node is asked, then releases the lock by its token on every node: those that
-// granted it, and the others, whose grant may not have been heard of (there
+// run out), before any node is asked, then releases the lock by its token
+// on every node: those that granted it, and the others, whose grant may not have been heard of (there
 // the token is given up, so that an attempt still on the way grants
 // nothing). It returns once a quorum released it (or can no longer), and
 // leaves the slower nodes to the background, within the release timeout;
@@ -535,12 +535,11 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 // how many nodes it was released (now, or by an earlier send of the same
 // release), on how many the answer was that it was not ours there (and how
 // many nodes, heard at the verdict or not yet, said so before valid), and
-// the nodes' errors so far. The
-// other nodes are left to the background, on a context that keeps ctx's
-// deadline (the release timeout) but not its cancellation: waiting for the
-// slowest node made Release take as long as the release timeout with one
-// node stopped, while the lock was free on the others.
-// (TestReleaseReturnsOnQuorum.)
+// the nodes' errors so far. The other nodes are left to the background, on
+// a context that keeps ctx's deadline (the release timeout) but not its
+// cancellation: waiting for the slowest node made Release take as long as
+// the release timeout with one node stopped, while the lock was free on the
+// others. (TestReleaseReturnsOnQuorum.)
 //
 // A node that has not granted as far as we know (fence 0) is released too,
 // by giving the token up there: its grant may have been made with the reply

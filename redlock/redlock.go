@@ -141,8 +141,8 @@ var errClosedRelease = fmt.Errorf("%w by Close (%w)", dlock.ErrReleased, dlock.E
 
 // Close ends the contexts of the locks the Redlock still holds (with a cause
 // matching both dlock.ErrReleased and dlock.ErrClosed, as a dlock.Client's
-// Close does; a lock whose validity had run out ends as lost), each before its release is sent, releases them, ends the
-// waits under way (they fail with dlock.ErrClosed, as every acquisition
+// Close does; a lock whose validity had run out ends as lost), each before
+// its release is sent, releases them, ends the waits under way (they fail with dlock.ErrClosed, as every acquisition
 // after Close does; a lock obtained while Close ran is released again), and
 // stops and waits for every goroutine the Redlock started: attempts still
 // out, renewals, grants being given back.
