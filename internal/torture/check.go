@@ -85,8 +85,8 @@ type checker struct {
 	h      History
 	v      *Verdict
 	byName map[string][]Hold // sorted by Got
-	// unbelieved: the holds believed found no holder, each counted once
-	// under the pause that explains it.
+	// unbelieved: the holds (worker, seq) that believed found to be no
+	// holder, each counted once under the pause that explains it.
 	unbelieved map[[2]int]bool
 }
 

@@ -239,7 +239,6 @@ func newLocker(kind string, rdb redis.UniversalClient, owner, prefix string, ttl
 	return nil, fmt.Errorf("torture: unknown lock %q (want %s, %s or one of %v)", kind, LockDlock, LockElection, PlantedLocks)
 }
 
-// causeOf names why a lock's context ended.
 // finalOf is a hold's Final: why the lock's context had ended when Release
 // returned, or, for a Redlock, that its validity ran out before the nodes
 // answered. A Redlock ends its context (ErrReleased) when Release begins,
@@ -254,6 +253,7 @@ func finalOf(ctx context.Context, releaseErr error) string {
 	return causeOf(context.Cause(ctx))
 }
 
+// causeOf names why a lock's context ended.
 func causeOf(err error) string {
 	switch {
 	case err == nil:

@@ -204,7 +204,8 @@ func (w *worker) hold(h *Hold, l held, res *Resource) {
 		// that ran out while this process was stopped after Acquire
 		// returned (Context looks at the deadline). The holder never
 		// believed in it: its belief ends where it began, and Check
-		// counts it as no holder.
+		// counts it as no holder when a pause of this worker explains
+		// it.
 		lost, cause = h.Got, context.Cause(lctx)
 	}
 	stop := context.AfterFunc(lctx, func() {
