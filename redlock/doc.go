@@ -62,8 +62,8 @@
 // release timeout; Close waits for them. A majority answering "not ours"
 // gives dlock.ErrNotHeld, and ErrReleasedLate too when too few of them said
 // so within the validity to make a majority: the leases of the others may
-// have ended while the release waited for them. An acquisition that fails gives
-// its token up the same way on the nodes that granted and on those not
+// have ended while the release waited for them. An acquisition that fails
+// gives its token up the same way on the nodes that granted and on those not
 // heard from.
 //
 // # The deadline
