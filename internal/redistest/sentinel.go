@@ -197,6 +197,20 @@ func (st *SentinelSetup) FailoverClient(t testing.TB) *redis.Client {
 	return rdb
 }
 
+// AgreedPrimary returns the primary every sentinel reports, and false when
+// one does not answer or they disagree (a failover under way).
+func (st *SentinelSetup) AgreedPrimary(ctx context.Context) (string, bool) {
+	agreed := ""
+	for _, addr := range st.SentinelAddrs {
+		got, err := st.primaryAt(ctx, addr)
+		if err != nil || (agreed != "" && got != agreed) {
+			return "", false
+		}
+		agreed = got
+	}
+	return agreed, agreed != ""
+}
+
 // CurrentPrimary returns the primary address most sentinels report now, or
 // "" if no sentinel answers. Sentinels can disagree for a moment during a
 // failover: they learn the new primary from each other's hello messages.

@@ -108,6 +108,12 @@ const (
 	// replica caught up, so no acknowledged grant is lost and nothing is
 	// excused.
 	FaultFailoverManual = "failover-manual"
+	// FaultFailoverUnplanned: the sentinels moved the primary on their own,
+	// outside any failover of the nemesis (seen once: a second promotion
+	// 1.5 s after the nemesis's failover had ended, every sentinel agreeing
+	// on the first); the window runs from the last look that saw the old
+	// primary to the first that saw the new one.
+	FaultFailoverUnplanned = "failover-unplanned"
 
 	// Client-side faults of RunInProcess, injected by go-redis hooks on one
 	// client's lock commands (the dlock scripts, single or pipelined) and by
@@ -126,6 +132,8 @@ var expected = map[string]string{
 	FaultRestartEmpty: "Redis restarted without persistence",
 	FaultEvict:        "lock keys evicted (volatile-lru)",
 	FaultFailover:     "failover with asynchronous replication",
+	// A promotion is a promotion, whoever asked for it.
+	FaultFailoverUnplanned: "failover with asynchronous replication",
 }
 
 // Fault is one fault the nemesis injected, with its window.

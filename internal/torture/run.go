@@ -106,9 +106,11 @@ func Run(ctx context.Context, env Env, sc Scenario) (History, error) {
 			return History{}, err
 		}
 	}
+	stopWatch := r.watchSentinel(ctx)
 	r.nemesis(ctx)
 	r.h.Stopping = Now()
 	r.stop()
+	stopWatch() // switches while the workers stopped count too
 	r.h.Stop = Now()
 	acc, err := NewResource(r.res, r.env.Prefix+"res:").Accesses(context.Background())
 	if err != nil {
@@ -127,6 +129,13 @@ type run struct {
 	env Env
 	sc  Scenario
 	rng *rand.Rand // the nemesis'
+
+	// planned: a failover of the nemesis is under way; after it, planned
+	// is false again, plannedGen counts it and plannedTo is the primary it
+	// left (see watchSentinel).
+	planned    bool
+	plannedGen int
+	plannedTo  string
 
 	lockSrv   *redistest.Server // nil when the user named the Redis
 	resSrv    *redistest.Server
