@@ -2,6 +2,7 @@ package torture
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,15 +51,15 @@ func TestUnplannedSentinelFailoverLogged(t *testing.T) {
 			got = append(got, f)
 		}
 	}
-	if len(got) != 1 {
-		t.Fatalf("SENTINEL FAILOVER %s → %s: %d unplanned failovers logged (%v), want 1", s.from, s.to, len(got), h.Faults)
+	// The sentinels may switch again on their own (make torture sees it):
+	// the one that names both servers is the test's.
+	i := slices.IndexFunc(got, func(f Fault) bool { return strings.Contains(f.Note, s.from+" replaced by "+s.to) })
+	if i < 0 {
+		t.Fatalf("SENTINEL FAILOVER %s → %s: not among the unplanned failovers logged %v (all faults: %v)", s.from, s.to, got, h.Faults)
 	}
-	f := got[0]
+	f := got[i]
 	t.Logf("switch %s → %s, SENTINEL FAILOVER [%.0fms, %.0fms]; logged [%.0fms, %.0fms]: %s",
 		s.from, s.to, float64(s.began-h.Start)/1e6, float64(s.end-h.Start)/1e6, float64(f.From-h.Start)/1e6, float64(f.To-h.Start)/1e6, f.Note)
-	if !strings.Contains(f.Note, s.from) || !strings.Contains(f.Note, s.to) {
-		t.Errorf("note %q does not name %s and %s", f.Note, s.from, s.to)
-	}
 	if f.From < s.began || f.From > s.end || f.To < f.From {
 		t.Errorf("window [%d, %d] does not open inside the failover [%d, %d]", f.From, f.To, s.began, s.end)
 	}
