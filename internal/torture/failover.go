@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -118,15 +119,20 @@ func (r *run) failover(ctx context.Context) error {
 
 func (r *run) failoverSentinel(ctx context.Context) (f Fault, err error) {
 	st := r.env.Sentinel
+	// planned from before the kill until the promotion this failover
+	// waits for (see watchSentinel); a switch after it is not ours.
 	r.mu.Lock()
 	r.planned = true
 	r.mu.Unlock()
-	defer func() {
+	endPlanned := func(primary string) {
 		r.mu.Lock()
-		r.planned, r.plannedTo = false, st.CurrentPrimary(context.WithoutCancel(ctx))
-		r.plannedGen++
-		r.mu.Unlock()
-	}()
+		defer r.mu.Unlock()
+		if r.planned {
+			r.planned, r.plannedTo = false, primary
+			r.plannedGen++
+		}
+	}
+	defer endPlanned("") // on error: the watcher takes the next agreed primary
 	var replicas []*redistest.Server
 	cur := st.CurrentPrimary(ctx)
 	for _, n := range append([]*redistest.Server{st.Primary}, st.Replicas...) {
@@ -148,6 +154,7 @@ func (r *run) failoverSentinel(ctx context.Context) (f Fault, err error) {
 		return Fault{}, err
 	}
 	promoted := Now()
+	endPlanned(primary)
 	node := st.Node(old)
 	if node == nil {
 		return Fault{}, fmt.Errorf("no data node on %s", old)
@@ -345,10 +352,12 @@ func rejoin(ctx context.Context, addr string, attach func(*redis.Client) error) 
 // ended, every sentinel agreeing on the first promotion, and left the old
 // primary running: a grant on it was lost, and the overlap it let in was a
 // failover's, unlogged. The window runs from the last look that saw the old
-// primary to the first look at which the old primary no longer answers as a
-// primary: a demoted primary that still runs takes writes until the
-// sentinels turn it into a replica (about 10 s after a SENTINEL FAILOVER
-// here: two primaries at once, see TESTING-NOTES). A look where the
+// primary to the first look at which no primary it replaced answers ROLE
+// as a primary any more: a demoted primary that still runs takes writes
+// until the sentinels turn it into a replica (about 10 s after a SENTINEL
+// FAILOVER in trials here: two primaries at once). A primary that times out
+// (stopped, or a loaded machine) may run again as one: only a replica's
+// answer or a refused connection closes the window. A look where the
 // sentinels disagree or do not answer moves nothing. stop ends the watch
 // (logging a window still open) and waits for it.
 func (r *run) watchSentinel(ctx context.Context) (stop func()) {
@@ -360,15 +369,22 @@ func (r *run) watchSentinel(ctx context.Context) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		clients := map[string]*redis.Client{} // one per server asked ROLE
+		defer func() {
+			for _, c := range clients {
+				_ = c.Close()
+			}
+		}()
 		cur, _ := st.AgreedPrimary(wctx)
 		seen, gen := Now(), 0
-		var open *Fault // a switch whose old primary may still take writes
-		var oldAddr string
+		var open *Fault   // a switch whose old primaries may still take writes
+		var olds []string // those old primaries
 		closeOpen := func(why string) {
+			switched := open.To
 			open.To = Now()
-			open.Note += why
+			open.Note += fmt.Sprintf("; %s after %.0fms", why, float64(open.To-switched)/1e6)
 			r.fault(*open)
-			open = nil
+			open, olds = nil, nil
 		}
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
@@ -376,13 +392,13 @@ func (r *run) watchSentinel(ctx context.Context) (stop func()) {
 			select {
 			case <-wctx.Done():
 				if open != nil {
-					closeOpen("; the run ended with it still a primary")
+					closeOpen("the run ended with an old primary still one")
 				}
 				return
 			case <-tick.C:
 			}
-			if open != nil && !answersAsPrimary(wctx, oldAddr) {
-				closeOpen(fmt.Sprintf("; %s no longer a primary after %.0fms", oldAddr, float64(Now()-open.To)/1e6))
+			if open != nil && !slices.ContainsFunc(olds, func(a string) bool { return mayBePrimary(wctx, clients, a) }) {
+				closeOpen(strings.Join(olds, ", ") + " no longer a primary")
 			}
 			got, ok := st.AgreedPrimary(wctx)
 			now := Now()
@@ -394,7 +410,8 @@ func (r *run) watchSentinel(ctx context.Context) (stop func()) {
 				continue // the nemesis's failover logs itself
 			case pgen != gen:
 				// A failover of the nemesis ended since the last look:
-				// its primary is the one to compare with.
+				// its primary is the one to compare with ("" after an
+				// error: the next agreed one).
 				gen, cur, seen = pgen, pto, now
 				continue
 			case !ok:
@@ -402,15 +419,17 @@ func (r *run) watchSentinel(ctx context.Context) (stop func()) {
 			case got == cur || cur == "":
 				cur, seen = got, now
 			case open != nil:
-				// Another switch while the last one's old primary still
-				// takes writes: one window for both.
+				// Another switch while an old primary still takes
+				// writes: one window for all, each old one watched.
 				open.Note += fmt.Sprintf(", then %s replaced by %s", cur, got)
+				olds = append(olds, cur)
 				cur, seen = got, now
 			default:
 				// To holds the switch's time until the window closes.
 				open = &Fault{Kind: FaultFailoverUnplanned, Worker: -1, From: seen, To: now,
 					Note: fmt.Sprintf("sentinel: primary %s replaced by %s, not by the nemesis", cur, got)}
-				oldAddr, cur, seen = cur, got, now
+				olds = []string{cur}
+				cur, seen = got, now
 			}
 		}
 	}()
@@ -420,11 +439,21 @@ func (r *run) watchSentinel(ctx context.Context) (stop func()) {
 	}
 }
 
-// answersAsPrimary reports whether the server at addr answers ROLE as a
-// primary now; one that does not answer takes no writes either.
-func answersAsPrimary(ctx context.Context, addr string) bool {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
-	defer c.Close()
+// mayBePrimary reports whether the server at addr may take writes as a
+// primary: it answers ROLE as one, or does not answer at all but for a
+// refused connection (a stopped or slow primary runs again as one).
+func mayBePrimary(ctx context.Context, clients map[string]*redis.Client, addr string) bool {
+	c := clients[addr]
+	if c == nil {
+		c = redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+		clients[addr] = c
+	}
 	role, err := c.Do(ctx, "ROLE").Slice()
-	return err == nil && len(role) > 0 && role[0] == "master"
+	switch {
+	case err == nil:
+		return len(role) > 0 && role[0] == "master"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return false // not running: it takes nothing
+	}
+	return true
 }

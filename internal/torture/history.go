@@ -108,11 +108,11 @@ const (
 	// replica caught up, so no acknowledged grant is lost and nothing is
 	// excused.
 	FaultFailoverManual = "failover-manual"
-	// FaultFailoverUnplanned: the sentinels moved the primary on their own,
-	// outside any failover of the nemesis (seen once: a second promotion
-	// 1.5 s after the nemesis's failover had ended, every sentinel agreeing
-	// on the first); the window runs from the last look that saw the old
-	// primary to the first that saw the new one.
+	// FaultFailoverUnplanned: the sentinels moved the primary outside any
+	// failover of the nemesis (seen: a second promotion 1.5 s after the
+	// nemesis's failover had ended, every sentinel agreeing on the first);
+	// the window runs from the last look that saw the old primary until no
+	// old primary takes writes (see watchSentinel).
 	FaultFailoverUnplanned = "failover-unplanned"
 
 	// Client-side faults of RunInProcess, injected by go-redis hooks on one
