@@ -153,12 +153,7 @@ func (l *Lock) Context() context.Context {
 	// frozen, starved of CPU) ends the lock here, at once: the watch's
 	// timer may fire only after the holder has asked and begun its work.
 	// (TestContextOfValidityOverIsEndedAtOnce.)
-	l.mu.Lock()
-	over := l.state == held && !time.Now().Before(l.valid)
-	l.mu.Unlock()
-	if over {
-		l.expire(l.validityCause())
-	}
+	l.endIfOver()
 	return l.ctx
 }
 
@@ -449,7 +444,7 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	// The validity may have run out with the watch gone before its
 	// deadline fired (its select took stop): that is the loss the deadline
 	// would have made, not a release of a valid lock.
-	l.expire(l.validityCause())
+	l.endIfOver()
 	l.mu.Lock()
 	if l.state == released {
 		l.mu.Unlock()
@@ -658,6 +653,17 @@ func (l *Lock) expire(cause error) time.Duration {
 	l.mu.Unlock()
 	l.lost(dlock.ReasonExpired, cause)
 	return 0
+}
+
+// endIfOver ends the lock as lost if its validity has run out, for a
+// caller that must not wait for the watch's timer to fire.
+func (l *Lock) endIfOver() {
+	l.mu.Lock()
+	over := l.state == held && !time.Now().Before(l.valid)
+	l.mu.Unlock()
+	if over {
+		l.expire(l.validityCause())
+	}
 }
 
 // validityCause is the cause of a loss by the end of the validity.
