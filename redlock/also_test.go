@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,11 +119,43 @@ func TestRefreshAcrossLossNamesItsCause(t *testing.T) {
 		t.Cleanup(func() { _ = rdb.Close() })
 		rdbs[i] = rdb
 	}
+	// The interleaving rests on two timers, 140-160ms apart from missing
+	// it: the test's own Sleep (a Refresh sent after the validity ran out
+	// finds the lock lost and never reaches the nodes) and the validity's
+	// deadline (a Refresh heard before it extends the lock). A round that
+	// missed it is run again, a few times at most; one that forced it is
+	// judged.
+	for round := range 3 {
+		forced, err := refreshAcrossLoss(t, rdbs, round, hook)
+		if !forced {
+			t.Logf("round %d: the interleaving was not forced (%v); again", round, err)
+			continue
+		}
+		t.Logf("Refresh: %v", err)
+		if !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("Refresh after the validity ran out: %v, want ErrNotHeld", err)
+		}
+		if strings.Contains(err.Error(), "%!") {
+			t.Errorf("error text with a nil error in it: %q", err)
+		}
+		if !errors.Is(err, dlock.ErrLockLost) {
+			t.Errorf("Refresh error %v does not carry the loss (ErrLockLost)", err)
+		}
+		return
+	}
+	t.Fatal("the interleaving was not forced in 3 rounds")
+}
+
+// refreshAcrossLoss is one round of TestRefreshAcrossLossNamesItsCause: a
+// Refresh sent before the validity ran out, whose replies are held until
+// after it, with the loss told to a slow observer meanwhile. forced reports
+// whether it went that way.
+func refreshAcrossLoss(t *testing.T, rdbs []redis.UniversalClient, round int, hook *slowReply) (forced bool, got error) {
 	obs := &blockingLost{entered: make(chan struct{}), release: make(chan struct{})}
 	defer close(obs.release)
 	r := newRedlock(t, rdbs, redlock.WithObserver(obs))
 	const ttl = 600 * time.Millisecond // validity 540ms
-	l, err := r.TryAcquire(bg, "cause", dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	l, err := r.TryAcquire(bg, "cause"+strconv.Itoa(round), dlock.WithTTL(ttl), dlock.WithoutRenewal())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,22 +165,16 @@ func TestRefreshAcrossLossNamesItsCause(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(400 * time.Millisecond)
+	if l.Context().Err() != nil {
+		return false, context.Cause(l.Context()) // woke after the validity
+	}
 	hook.on.Store(true)
-	err = l.Refresh(bg, ttl) // confirmed at ~400ms, heard at ~700ms
+	got = l.Refresh(bg, ttl) // confirmed at ~400ms, heard at ~700ms
 	hook.on.Store(false)
 	select {
 	case <-obs.entered:
+		return true, got
 	default:
-		t.Fatalf("Refresh returned (%v) before the validity ran out: the interleaving was not forced", err)
-	}
-	t.Logf("Refresh: %v", err)
-	if !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("Refresh after the validity ran out: %v, want ErrNotHeld", err)
-	}
-	if strings.Contains(err.Error(), "%!") {
-		t.Errorf("error text with a nil error in it: %q", err)
-	}
-	if !errors.Is(err, dlock.ErrLockLost) {
-		t.Errorf("Refresh error %v does not carry the loss (ErrLockLost)", err)
+		return false, got // heard before the validity ran out
 	}
 }
