@@ -408,21 +408,21 @@ func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
 // Release ends the lock's context (cause dlock.ErrReleased; a loss, and
 // dlock.ErrNotHeld "lost before the release", if the validity had already
 // run out), before any node is asked, then releases the lock by its token
-// on every node: those that granted it, and the others, whose grant may not have been heard of (there
-// the token is given up, so that an attempt still on the way grants
-// nothing). It returns once a quorum released it (or can no longer), and
-// leaves the slower nodes to the background, within the release timeout;
-// Close waits for them. It reports dlock.ErrNotHeld when it was released
-// before, when its context had already ended with a loss (the nodes that
-// still had it are freed all the same), or when a majority of the nodes
-// answered that it was no longer held there (matching ErrReleasedLate too
-// when too few said so within the validity to make a majority: the others'
-// leases may have ended while the release waited for them, after a hold the
-// validity covered); and an error matching
+// on every node: those that granted it, and the others, whose grant may not
+// have been heard of (there the token is given up, so that an attempt still
+// on the way grants nothing). It returns once a quorum released it (or can
+// no longer), and leaves the slower nodes to the background, within the
+// release timeout; Close waits for them. It reports dlock.ErrNotHeld when
+// it was released before, when its context had already ended with a loss
+// (the nodes that still had it are freed all the same), or when a majority
+// of the nodes answered that it was no longer held there (matching
+// ErrReleasedLate too when too few said so within the validity to make a
+// majority: the others' leases may have ended while the release waited for
+// them, after a hold the validity covered); and an error matching
 // ErrNoQuorum, with the nodes' errors, when failing nodes (unreachable,
-// timed out) kept a quorum from releasing it: a node that did not answer
-// in time lets the lock expire with its lease. The lock is over either
-// way: a second Release reports dlock.ErrNotHeld.
+// timed out) kept a quorum from releasing it: a node that did not answer in
+// time lets the lock expire with its lease. The lock is over either way: a
+// second Release reports dlock.ErrNotHeld.
 //
 // Release runs on a context of its own, as a Client's Release does: ctx's
 // values but not its cancellation or deadline, bounded by the release

@@ -139,13 +139,14 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // errClosedRelease is the cause of the context of a lock released by Close.
 var errClosedRelease = fmt.Errorf("%w by Close (%w)", dlock.ErrReleased, dlock.ErrClosed)
 
-// Close ends the contexts of the locks the Redlock still holds (with a cause
-// matching both dlock.ErrReleased and dlock.ErrClosed, as a dlock.Client's
-// Close does; a lock whose validity had run out ends as lost), each before
-// its release is sent, releases them, ends the waits under way (they fail with dlock.ErrClosed, as every acquisition
-// after Close does; a lock obtained while Close ran is released again), and
-// stops and waits for every goroutine the Redlock started: attempts still
-// out, renewals, grants being given back.
+// Close ends the contexts of the locks the Redlock still holds (with a
+// cause matching both dlock.ErrReleased and dlock.ErrClosed, as a
+// dlock.Client's Close does; a lock whose validity had run out ends as
+// lost), each before its release is sent, releases them, ends the waits
+// under way (they fail with dlock.ErrClosed, as every acquisition after
+// Close does; a lock obtained while Close ran is released again), and stops
+// and waits for every goroutine the Redlock started: attempts still out,
+// renewals, grants being given back.
 //
 // The releases keep ctx's values but not its cancellation or deadline, and
 // are bounded by the release timeout, as Release is. A lock that could not
