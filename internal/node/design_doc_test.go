@@ -48,18 +48,18 @@ var prefixPlaceholders = map[string]string{
 func TestDesignDocKeys(t *testing.T) {
 	doc := readDoc(t)
 	code := codeKeys(t)
-	documented := docKeys(t, doc)
+	listed := docKeys(t, doc)
 	for key, from := range code {
-		if !documented[key] {
+		if !listed[key] {
 			t.Errorf("the code builds %s (%s); the key table of %s does not list it", key, from, designDoc)
 		}
 	}
-	for key := range documented {
+	for key := range listed {
 		if _, ok := code[key]; !ok {
 			t.Errorf("the key table of %s lists %s; internal/node builds no such key", designDoc, key)
 		}
 	}
-	t.Logf("%d key names built by internal/node, %d in the table", len(code), len(documented))
+	t.Logf("%d key names built by internal/node, %d in the table", len(code), len(listed))
 	// The token forms the document explains the fields and scripts by.
 	for _, want := range []string{"`" + node.ReadersMarker + "`", "`" + node.SharedPrefix + "` + 32 hex", "`" + node.SemPrefix + "` + 32 hex"} {
 		if !strings.Contains(doc, want) {
