@@ -105,3 +105,151 @@ func TestForceUnlockReaders(t *testing.T) {
 	w := mustAcquire(t, c, "fu")
 	_ = w.Release(bg)
 }
+
+// TestForceUnlockResentReportsSuccess: a ForceUnlock whose reply is lost and
+// that go-redis sends again (resender: the script runs twice) reports what it
+// did: its first run freed the lock, so the operator is told it succeeded, not
+// ErrNotHeld. The copy finds the token's forced record, a lock's or a
+// reader's, and answers as the copy of a release does.
+func TestForceUnlockResentReportsSuccess(t *testing.T) {
+	_, rdb, srv := setup(t)
+	twice := srv.Client(t)
+	twice.AddHook(&resender{})
+	admin := newLocker(t, twice)
+	holder := newLocker(t, rdb)
+
+	t.Run("exclusive", func(t *testing.T) {
+		l, err := holder.TryAcquire(bg, "forced-resend")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.ForceUnlock(bg, "forced-resend", l.Token()); err != nil {
+			t.Errorf("ForceUnlock whose reply was lost and re-sent: %v (the first run did free the lock: exists=%d)",
+				err, rdb.Exists(bg, "dlock:{forced-resend}").Val())
+		}
+	})
+	t.Run("reader", func(t *testing.T) {
+		l, err := holder.TryAcquire(bg, "forced-resend-r", dlock.Shared())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.ForceUnlock(bg, "forced-resend-r", l.Token()); err != nil {
+			t.Errorf("ForceUnlock of a reader, re-sent: %v (exists=%d)", err, rdb.Exists(bg, "dlock:{forced-resend-r}").Val())
+		}
+	})
+}
+
+// TestForceUnlockByMarkerResentReportsSuccess: the same for a ForceUnlock by
+// the readers' marker (LockInfo.Token of a read lock), whose reply is lost and
+// that go-redis sends again: the first run dropped every reader, so the
+// operator is told it succeeded, as TestForceUnlockResentReportsSuccess asks
+// of a lock's and a reader's token. The marker's own short record tells the
+// copy that this forced unlock ran before.
+func TestForceUnlockByMarkerResentReportsSuccess(t *testing.T) {
+	_, rdb, srv := setup(t)
+	twice := srv.Client(t)
+	twice.AddHook(&resender{})
+	admin := newLocker(t, twice)
+	holder := newLocker(t, rdb)
+
+	const name = "forced-resend-marker"
+	l, err := holder.TryAcquire(bg, name, dlock.Shared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(bg)
+	info, err := admin.Inspect(bg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ForceUnlock(bg, name, info.Token); err != nil {
+		t.Errorf("ForceUnlock by the marker %q, re-sent: %v (the first run did free it: exists=%d)",
+			info.Token, err, rdb.Exists(bg, "dlock:{"+name+"}").Val())
+	}
+}
+
+// TestForceUnlockBetweenResendsStaysForced: a ForceUnlock that lands between
+// an acquire's first run and go-redis' re-send of it (the first reply lost)
+// stays forced, for an exclusive lock, a reader and a permit alike.
+// ForceUnlock's doc: the token is marked forced, "no later attempt of it
+// takes the lock there again"; so the re-sent acquire is refused, and the
+// operator's unlock is not undone.
+func TestForceUnlockBetweenResendsStaysForced(t *testing.T) {
+	_, rdb, srv := setup(t)
+	hook := &resender{}
+	twice := srv.Client(t)
+	twice.AddHook(hook)
+	holder := newLocker(t, twice)
+	admin := newLocker(t, rdb)
+
+	for _, tc := range []struct {
+		name string
+		opts []dlock.AcquireOption
+	}{
+		{"fb-exclusive", nil},
+		{"fb-reader", []dlock.AcquireOption{dlock.Shared()}},
+		{"fb-permit", []dlock.AcquireOption{dlock.Permits(2)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			forced := ""
+			force := func() {
+				info, err := admin.Inspect(bg, tc.name)
+				if err != nil {
+					t.Errorf("inspect between the sends: %v", err)
+					return
+				}
+				forced = info.Token
+				if len(info.Readers) > 0 {
+					forced = info.Readers[0].Token
+				}
+				if len(info.Holders) > 0 {
+					forced = info.Holders[0].Token
+				}
+				if _, err := admin.ForceUnlock(bg, tc.name, forced); err != nil {
+					t.Errorf("force unlock between the sends: %v", err)
+				}
+			}
+			hook.between.Store(&force)
+			l, err := holder.TryAcquire(bg, tc.name, tc.opts...)
+			hook.between.Store(nil)
+			if err == nil {
+				defer l.Release(bg)
+				t.Errorf("the re-sent acquire of token %s took the lock again after its forced unlock", forced)
+			}
+		})
+	}
+}
+
+// TestForceUnlockByMarkerBetweenResendsStaysForced: a ForceUnlock by the
+// readers' marker (LockInfo.Token of a read lock, which ForceUnlock's doc
+// offers to "drop every reader at once") that lands between a reader's
+// acquire and go-redis' re-send of it stays forced, as one by the reader's own
+// token does: every reader it dropped gets a forced record, so the re-sent
+// acquire is refused and the read lock is not taken again.
+func TestForceUnlockByMarkerBetweenResendsStaysForced(t *testing.T) {
+	_, rdb, srv := setup(t)
+	hook := &resender{}
+	twice := srv.Client(t)
+	twice.AddHook(hook)
+	holder := newLocker(t, twice)
+	admin := newLocker(t, rdb)
+
+	const name = "fb-marker"
+	force := func() {
+		info, err := admin.Inspect(bg, name)
+		if err != nil {
+			t.Errorf("inspect between the sends: %v", err)
+			return
+		}
+		if _, err := admin.ForceUnlock(bg, name, info.Token); err != nil {
+			t.Errorf("force unlock of %q between the sends: %v", info.Token, err)
+		}
+	}
+	hook.between.Store(&force)
+	l, err := holder.TryAcquire(bg, name, dlock.Shared())
+	hook.between.Store(nil)
+	if err == nil {
+		defer l.Release(bg)
+		t.Errorf("the re-sent acquire of reader %s took the read lock again after every reader was forced by the marker", l.Token())
+	}
+}
