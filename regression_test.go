@@ -190,42 +190,6 @@ func TestRegressionLostHandoffLeaseTooLong(t *testing.T) {
 	}
 }
 
-// Finding: waitInLine returns on a failed attempt without withdrawing its
-// queue entry; a release in the next seconds hands the lock to nobody.
-func TestRegressionGhostEntryAfterAttemptError(t *testing.T) {
-	srv := redistest.Start(t)
-	plain := srv.Client(t)
-	holder := newLocker(t, plain)
-	var n atomic.Int32
-	h := &hook{before: func(cmd redis.Cmder) error {
-		if isScript(cmd, scripts.Acquire) {
-			if queuedAcquire(cmd) && n.Add(1) == 2 {
-				return context.DeadlineExceeded
-			}
-		}
-		return nil
-	}}
-	wrdb := redis.NewClient(&redis.Options{Addr: plain.Options().Addr, MaxRetries: -1})
-	wrdb.AddHook(h)
-	waiter := newLocker(t, wrdb)
-	l, err := holder.Acquire(bg, "x", dlock.WithTTL(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = waiter.Acquire(bg, "x", dlock.WithTTL(10*time.Second), dlock.WithWait(5*time.Second))
-	t.Logf("waiter gave up: %v", err)
-	// The waiter leaves the line in the background.
-	waitFor(t, "the waiter's entry to be withdrawn", func() bool { return plain.ZCard(bg, "dlock:{x}:q").Val() == 0 })
-	_ = l.Release(bg)
-	third := newLocker(t, plain)
-	_, err = third.TryAcquire(bg, "x")
-	pttl, _ := plain.PTTL(bg, "dlock:{x}").Result()
-	t.Logf("after release, third TryAcquire: %v (pttl %v)", err, pttl)
-	if err != nil {
-		t.Errorf("BUG: lock handed to a waiter that already returned")
-	}
-}
-
 // Finding: two queue entries with the holder's own token (a re-sent queued
 // attempt) make its own release hand the lock back to itself.
 func TestRegressionSelfHandoff(t *testing.T) {

@@ -3,44 +3,11 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/dlock-go/dlock/internal/scripts"
 )
-
-// A grant whose reply was lost is given back in the background until it
-// would have expired by itself, not only for as long as a waiter's queue
-// entry lives (3 s at most): an outage a little longer than that used to
-// strand the grant, held by nobody, for its whole TTL.
-func TestLostGrantGivenBackAfterLongOutage(t *testing.T) {
-	srv := redistest.Start(t)
-	plain := srv.Client(t)
-	loadScripts(t, plain)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	var down atomic.Bool
-	rdb.AddHook(lostReplyHook(singleAcquire, 1))
-	rdb.AddHook(&hook{before: func(cmd redis.Cmder) error {
-		if down.Load() && isScript(cmd, scripts.Release) {
-			return errors.New("injected: Redis unreachable")
-		}
-		return nil
-	}})
-	c := newLocker(t, rdb)
-	down.Store(true)
-	if _, err := c.TryAcquire(bg, "gb", dlock.WithTTL(2*time.Minute)); err == nil {
-		t.Fatal("the lost reply was not lost")
-	}
-	time.Sleep(4 * time.Second) // the outage: longer than a queue entry lives
-	down.Store(false)
-	waitFor(t, "the lost grant given back", func() bool { return plain.Exists(bg, "dlock:{gb}").Val() == 0 })
-}
 
 // A Refresh that asked for a lease past the hold limit and failed does not
 // make the next ordinary renewal the last one: the lock stays held (and
