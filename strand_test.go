@@ -9,31 +9,6 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// A Refresh that asked for a lease past the hold limit and failed does not
-// make the next ordinary renewal the last one: the lock stays held (and
-// renewed) up to its hold limit, not lost seconds early with a false
-// ErrHoldLimit.
-func TestFailedRefreshPastHoldLimitKeepsRenewal(t *testing.T) {
-	c, _, _ := setup(t)
-	const ttl = 600 * time.Millisecond
-	l := mustAcquire(t, c, "hold", dlock.WithTTL(ttl), dlock.WithMaxHold(10*time.Second))
-	start := time.Now()
-	ended, cancel := context.WithCancel(bg)
-	cancel() // the refresh fails before it reaches Redis (any error does)
-	if err := l.Refresh(ended, 30*time.Second); err == nil {
-		t.Fatal("a Refresh on a cancelled context succeeded")
-	}
-	select {
-	case <-l.Context().Done():
-		t.Fatalf("lock lost %v after acquisition, hold limit 10s, TTL %v; cause: %v",
-			time.Since(start).Round(time.Millisecond), ttl, context.Cause(l.Context()))
-	case <-time.After(5 * ttl):
-	}
-	if err := l.Release(bg); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // blockingLoss holds the first OnLost until released: the loss is being
 // reported, its context not yet cancelled.
 type blockingLoss struct {
