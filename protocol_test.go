@@ -548,7 +548,7 @@ func TestFencingRejectsPausedHolder(t *testing.T) {
 // dlock), dlock gives the token back on another pooled connection, and only
 // then does the delayed command arrive and run (a retransmitted segment; data
 // written before a close still arrives). The delayed copy runs on late, a
-// separate connection, after delay. From the adversarial review.
+// separate connection, after delay.
 func lateHook(match func(redis.Cmder) bool, late *redis.Client, delay time.Duration, ran chan<- []any) *hook {
 	var once atomic.Bool
 	return &hook{before: func(cmd redis.Cmder) error {
