@@ -270,8 +270,8 @@ func TestCloseReleasesHeldLocks(t *testing.T) {
 	}
 }
 
-// holdInChild starts a worker process that holds name through addr and
-// reports on stdout; the test talks to it line by line.
+// child is a worker process (startHolder) that holds a lock through addr
+// and reports on stdout; the test talks to it line by line.
 type child struct {
 	cmd   *exec.Cmd
 	lines *bufio.Scanner
