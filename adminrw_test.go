@@ -1,7 +1,6 @@
 package dlock_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -56,42 +55,4 @@ func TestInspectShowsReadersAndWaiters(t *testing.T) {
 	}
 	_ = w.Release(bg)
 	_ = await(t, "reader", reader, 3*time.Second).Release(bg)
-}
-
-// ForceUnlock takes one reader by its token, or every reader by the lock's
-// marker token; each learns it at its next renewal.
-func TestForceUnlockReaders(t *testing.T) {
-	c, _, srv := setup(t)
-	cs := newClients(t, srv, 3)
-	ttl := dlock.WithTTL(600 * time.Millisecond)
-	a := mustAcquire(t, cs[0], "fu", dlock.Shared(), ttl)
-	b := mustAcquire(t, cs[1], "fu", dlock.Shared(), ttl)
-	d := mustAcquire(t, cs[2], "fu", dlock.Shared(), ttl)
-	if _, err := c.ForceUnlock(bg, "fu", a.Token()); err != nil {
-		t.Fatalf("force unlock of one reader: %v", err)
-	}
-	select {
-	case <-a.Context().Done():
-	case <-time.After(2 * time.Second):
-		t.Fatal("the reader taken away did not learn it")
-	}
-	if err := b.Context().Err(); err != nil {
-		t.Fatalf("another reader ended: %v", context.Cause(b.Context()))
-	}
-	info, err := c.Inspect(bg, "fu")
-	if err != nil || len(info.Readers) != 2 {
-		t.Fatalf("after one reader was taken: %+v, %v", info, err)
-	}
-	if _, err := c.ForceUnlock(bg, "fu", info.Token); err != nil {
-		t.Fatalf("force unlock of every reader: %v", err)
-	}
-	for _, l := range []dlock.Lock{b, d} {
-		select {
-		case <-l.Context().Done():
-		case <-time.After(2 * time.Second):
-			t.Fatal("a reader did not learn the force unlock")
-		}
-	}
-	w := mustAcquire(t, c, "fu")
-	_ = w.Release(bg)
 }

@@ -14,17 +14,17 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-// TestRegressionFenceAfterFailover: a failover handed out the same fence
-// twice. The fence INCR replicates asynchronously; a promoted replica that
-// missed it issued the same number again, and a resource that refuses fences
-// smaller than the largest it has seen accepted both writers.
+// TestFenceGrowsAfterFailover: a failover does not hand out the same fence
+// twice. The fence INCR replicates asynchronously, and a promoted replica
+// that missed it would issue the same number again: a resource that refuses
+// fences smaller than the largest it has seen would accept both writers.
 //
 // The write is lost on purpose as TESTING-NOTES describes: stop the replica,
 // cut its link on the primary, grant the lock on the primary (B), kill the
 // primary, continue the replica and promote it. The holder the promoted
 // replica grants the lock to (C) must get a fence above B's, so that B's
 // stale writes are refused once C has written.
-func TestRegressionFenceAfterFailover(t *testing.T) {
+func TestFenceGrowsAfterFailover(t *testing.T) {
 	const name = "failover"
 	fenceKey := "dlock:{" + name + "}:fence"
 

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -54,6 +55,39 @@ func TestMultiLockContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
 	}
 }
 
+// TestRunFnContextOfLeaseOverIsEndedAtOnce: the same for the context Run
+// (and so Do, dlockhttp, dlockgrpc) gives fn. Made from l.Context() of a lock
+// whose lease is over, it has ended when fn starts its work, not only once
+// context.AfterFunc's goroutine gets to cancel it.
+func TestRunFnContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
+	c := standaloneClient(t)
+	const ttl, rounds = 50 * time.Millisecond, 10
+	alive := 0
+	for i := range rounds {
+		l := pausedLock(t, c, fmt.Sprintf("run-paused-%d", i), ttl)
+		_ = Run(context.Background(), l, func(ctx context.Context) error {
+			if ctx.Err() == nil {
+				alive++
+			}
+			return nil
+		})
+	}
+	if alive > 0 {
+		t.Fatalf("fn found its context alive in %d of %d runs on a lock whose lease was over (l.Context() already ended)", alive, rounds)
+	}
+}
+
+// TestReentrantContextOfLeaseOverIsEndedAtOnce: the same for a lock taken
+// WithReentry, a handle whose Context() returns a context made at Acquire:
+// asked for past the lease, it has ended at once too.
+func TestReentrantContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
+	c := standaloneClient(t)
+	l := pausedLock(t, c, "reentrant-paused", 50*time.Millisecond, WithReentry())
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Fatalf("WithReentry handle's context asked for past its lease: cause %v, want ErrLockLost", cause)
+	}
+}
+
 // standaloneClient is a Client on a fresh redis-server, closed at the end
 // of the test.
 func standaloneClient(t *testing.T) *Client {
@@ -64,4 +98,22 @@ func standaloneClient(t *testing.T) *Client {
 	}
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
+}
+
+// pausedLock acquires name WithoutRenewal, holds back its deadline timer and
+// waits out the lease: the state a holder stopped right after Acquire
+// returned wakes up to, as in TestContextOfLeaseOverIsEndedAtOnce.
+func pausedLock(t *testing.T, c *Client, name string, ttl time.Duration, opts ...AcquireOption) Lock {
+	t.Helper()
+	l, err := c.TryAcquire(context.Background(), name, append(opts, WithTTL(ttl), WithoutRenewal())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := l
+	if h, ok := l.(*reentrantLock); ok {
+		inner = h.r.lock
+	}
+	inner.(*redisLock).deadline.Stop()
+	time.Sleep(ttl)
+	return l
 }

@@ -10,6 +10,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,6 +75,67 @@ func busyReply(cmd redis.Cmder) bool {
 	v, err := c.Slice()
 	return err == nil && len(v) >= 2 && v[0] == int64(0)
 }
+
+// hook is a go-redis hook: before runs before a command is sent (an error
+// fails it unsent), after once its reply is in.
+type hook struct {
+	before func(cmd redis.Cmder) error
+	after  func(cmd redis.Cmder)
+	// pipe runs before a pipeline (the renewal loop's) is sent; an error
+	// fails the whole pipeline unsent.
+	pipe func(cmds []redis.Cmder) error
+}
+
+func (h *hook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.before != nil {
+			if err := h.before(cmd); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		// go-redis sets a command's error from what the hooks return, so
+		// after sees it set here, and an error after sets is returned.
+		if err := next(ctx, cmd); err != nil {
+			cmd.SetErr(err)
+		}
+		if h.after != nil {
+			h.after(cmd)
+		}
+		return cmd.Err()
+	}
+}
+func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.pipe != nil {
+			if err := h.pipe(cmds); err != nil {
+				for _, c := range cmds {
+					c.SetErr(err)
+				}
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// isScript reports whether cmd runs s by its SHA (EVALSHA).
+func isScript(cmd redis.Cmder, s *redis.Script) bool {
+	a := cmd.Args()
+	if len(a) < 2 {
+		return false
+	}
+	n, _ := a[0].(string)
+	if n == "evalsha" || n == "EVALSHA" {
+		x, _ := a[1].(string)
+		return x == s.Hash()
+	}
+	return false
+}
+
+// netErr is a network error for a hook to fail a command with.
+var netErr = &net.OpError{Op: "read", Net: "tcp", Err: errors.New("injected")}
 
 // TestStaleHandoffNotAccepted: a hand-off message read after a later busy
 // reply is stale. Waiter W is queued; the holder hands the lock to W, but W
@@ -486,7 +548,7 @@ func TestFencingRejectsPausedHolder(t *testing.T) {
 // dlock), dlock gives the token back on another pooled connection, and only
 // then does the delayed command arrive and run (a retransmitted segment; data
 // written before a close still arrives). The delayed copy runs on late, a
-// separate connection, after delay. From the adversarial review.
+// separate connection, after delay.
 func lateHook(match func(redis.Cmder) bool, late *redis.Client, delay time.Duration, ran chan<- []any) *hook {
 	var once atomic.Bool
 	return &hook{before: func(cmd redis.Cmder) error {

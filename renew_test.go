@@ -194,30 +194,6 @@ func TestBlackholedHolderToldBeforeTTL(t *testing.T) {
 	}
 }
 
-func TestMaxHold(t *testing.T) {
-	c, rdb, _ := setup(t)
-	start := time.Now()
-	l := mustAcquire(t, c, "hold", dlock.WithTTL(300*time.Millisecond), dlock.WithMaxHold(900*time.Millisecond))
-	select {
-	case <-l.Context().Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("hold limit never ended the lock")
-	}
-	held := time.Since(start)
-	cause := context.Cause(l.Context())
-	if !errors.Is(cause, dlock.ErrHoldLimit) || !errors.Is(cause, dlock.ErrLockLost) {
-		t.Fatalf("cause = %v, want ErrHoldLimit and ErrLockLost", cause)
-	}
-	// Renewed past one TTL, ended by the limit.
-	if held < 600*time.Millisecond {
-		t.Fatalf("ended after %v: renewal did not run up to the 900ms limit", held)
-	}
-	waitGone(t, rdb, "dlock:{hold}")
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("key outlived the 900ms hold limit: gone after %v", d)
-	}
-}
-
 func TestWithoutRenewalEndsAtTTL(t *testing.T) {
 	c, rdb, _ := setup(t)
 	l := mustAcquire(t, c, "fixed", dlock.WithTTL(300*time.Millisecond), dlock.WithoutRenewal())
@@ -294,8 +270,8 @@ func TestCloseReleasesHeldLocks(t *testing.T) {
 	}
 }
 
-// holdInChild starts a worker process that holds name through addr and
-// reports on stdout; the test talks to it line by line.
+// child is a worker process (startHolder) that holds a lock through addr
+// and reports on stdout; the test talks to it line by line.
 type child struct {
 	cmd   *exec.Cmd
 	lines *bufio.Scanner
@@ -450,26 +426,5 @@ func TestCloseEndsWaits(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not end a wait under way")
-	}
-}
-
-// TestMaxHoldBoundsRefresh: a Refresh asks for more than the hold limit
-// leaves; the lease is cut at the limit, as a renewal's is.
-func TestMaxHoldBoundsRefresh(t *testing.T) {
-	c, rdb, _ := setup(t)
-	l := mustAcquire(t, c, "hold-refresh", dlock.WithTTL(300*time.Millisecond), dlock.WithMaxHold(600*time.Millisecond))
-	if err := l.Refresh(bg, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if left := rdb.PTTL(bg, "dlock:{hold-refresh}").Val(); left > 600*time.Millisecond {
-		t.Fatalf("Refresh leased %v in Redis, beyond the 600ms hold limit", left)
-	}
-	select {
-	case <-l.Context().Done():
-	case <-time.After(3 * time.Second):
-		t.Fatal("the hold limit never ended the lock after a Refresh")
-	}
-	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrHoldLimit) {
-		t.Fatalf("cause = %v, want ErrHoldLimit", cause)
 	}
 }

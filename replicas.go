@@ -73,7 +73,7 @@ func (c *Client) checkReplicaWait(ac acquireConfig) error {
 // next looks (up to 1000/hz ms later, 100 ms at the default hz 10), after
 // the script ran, and the reply still has to travel. A wait of 399 ms under
 // a 400 ms read timeout ended in an i/o timeout 3 times of 3, 380 ms once
-// of 3 (TestReviewAcceptedReplicaWaitEndsInRedisAnswer).
+// of 3 (TestWithReplicasAcceptedWaitEndsInRedisAnswer).
 func replicaWaitRoom(rt time.Duration) time.Duration {
 	return max(100*time.Millisecond, rt/10)
 }

@@ -59,6 +59,39 @@ func TestWithReplicasWaitNotBelowReadTimeout(t *testing.T) {
 	}
 }
 
+// TestWithReplicasAcceptedWaitEndsInRedisAnswer: Redis answers an
+// unacknowledged WAIT only when it sees its timeout pass, which it checks
+// between event loop rounds (up to 1000/hz ms apart when idle), and after the
+// script and the round trip; so checkReplicaWait leaves room below the read
+// timeout (replicaWaitRoom) and refuses a wait too close to it. A wait it
+// accepts ends in Redis' own answer (ErrNotReplicated), not in an i/o timeout
+// and go-redis' re-sends, which is what the check exists to prevent.
+func TestWithReplicasAcceptedWaitEndsInRedisAnswer(t *testing.T) {
+	primary, replica := startReplicated(t)
+	rdb := redis.NewClient(&redis.Options{Addr: primary.Addr, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newLocker(t, rdb)
+
+	replica.Pause()
+	defer replica.Resume()
+	// Too close to the read timeout: refused before anything is sent.
+	for _, wait := range []time.Duration{999 * time.Millisecond, 950 * time.Millisecond} {
+		if _, err := c.Acquire(bg, "rt2", dlock.WithReplicas(1, wait)); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("WithReplicas(1, %v) under a 1s read timeout: %v; want it refused (ErrInvalidOption)", wait, err)
+		}
+	}
+	// Accepted: it must end in Redis' own answer.
+	wait := 800 * time.Millisecond
+	for i := range 3 {
+		start := time.Now()
+		_, err := c.Acquire(bg, "rt2", dlock.WithReplicas(1, wait), dlock.WithTTL(10*time.Second))
+		if !errors.Is(err, dlock.ErrNotReplicated) {
+			t.Errorf("WithReplicas(1, %v) under a 1s read timeout, try %d: %v after %v; want ErrNotReplicated",
+				wait, i, err, time.Since(start).Round(time.Millisecond))
+		}
+	}
+}
+
 // A pipeline that fails after the script may have run (here the caller's
 // deadline ends the read of WAIT) leaves no lock behind: it is released by
 // token, not left for its TTL.

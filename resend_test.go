@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -36,6 +37,37 @@ func (r *resender) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return next(ctx, cmd) // the reply of the first run is lost
 	}
+}
+
+// resendHook runs the first command that match accepts (by default a
+// queued acquire attempt) twice, as go-redis does after a lost reply;
+// between, when set, runs in the gap.
+type resendHook struct {
+	once    *atomic.Bool
+	match   func(redis.Cmder) bool
+	between func()
+}
+
+func (h *resendHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *resendHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		match := h.match
+		if match == nil {
+			match = queuedAcquire
+		}
+		if match(cmd) && err == nil && h.once.CompareAndSwap(false, true) {
+			time.Sleep(3 * time.Millisecond)
+			if h.between != nil {
+				h.between()
+			}
+			err = next(ctx, cmd) // the reply was lost; go-redis sends it again
+		}
+		return err
+	}
+}
+func (h *resendHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 func TestResentAcquireAndRelease(t *testing.T) {

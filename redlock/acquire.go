@@ -433,7 +433,7 @@ func (r *Redlock) attempt(ctx context.Context, i int, k node.Keys, token string,
 	// Withdrawn as an attempt, not as the lock: the lock may be held on a
 	// quorum without this node, and its renewals must be able to take the
 	// node again (a give-up of the lock refused them for the record's 30s:
-	// TestStalledAtAcquireNeverRetaken). A copy of this attempt re-sent by
+	// TestStalledAtAcquireRetaken). A copy of this attempt re-sent by
 	// go-redis is refused all the same. If the acquisition fails, its
 	// failure path gives the lock up on every node it may have reached.
 	if err != nil {

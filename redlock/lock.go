@@ -213,7 +213,7 @@ const (
 // counts from the next renewal on, as it then holds the lock like the
 // others. It can neither revive a lock whose lease ended (a re-take follows
 // a quorum confirmed within the validity) nor undo a forced unlock (the
-// forced record refuses the token's re-takes: TestForcedUnlockNodeByNodeIsUndone).
+// forced record refuses the token's re-takes: TestForcedUnlockNodeByNodeStaysForced).
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (outcome, error) {
 	l.mu.Lock()
 	st, fences := l.state, slices.Clone(l.fences)
@@ -225,7 +225,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 	// Every node is asked, those the lock does not hold too: their "not
 	// ours" counts towards a loss (a lock held on a bare quorum, taken
 	// over on one node while another holder took the node it never had,
-	// is gone: TestTakenOverOnBareQuorumNotSeenGone), while only the
+	// is gone: TestTakenOverOnBareQuorumSeenGone), while only the
 	// nodes it holds count towards the quorum that keeps it.
 	asked := make([]int, len(fences))
 	for i := range asked {

@@ -130,6 +130,31 @@ func TestCheckJudgesHandMadeHistories(t *testing.T) {
 	}
 }
 
+// TestCheckStaleGrantWithoutPauseIsNotHidden: believed() takes a hold whose
+// context had ended at its worker's first look for no holder only when a
+// pause of that worker between Asked and Got explains it (a lease that ran
+// out while the worker was stopped between Acquire's return and its first
+// look). Without such a pause the hold means Acquire returned a lock already
+// over (acquire.go's late check, or handedOver's refresh, missed it): it is
+// judged as any other hold, and shows in the verdict, as a violation or an
+// Expected count, not hidden without a trace.
+func TestCheckStaleGrantWithoutPauseIsNotHidden(t *testing.T) {
+	ms := func(n int64) int64 { return n * int64(time.Millisecond) }
+	hold := func(w int, fence, from, to int64) Hold {
+		return Hold{Worker: w, Name: "a", Fence: fence, Asked: ms(from), Got: ms(from), Done: ms(to), Release: "ok", Final: "released"}
+	}
+	stale := hold(2, 2, 5, 20)
+	stale.Lost, stale.Cause = stale.Got, "expired"
+	for _, permits := range []int{0, 1} {
+		h := History{Stopping: ms(2000), Stop: ms(2100), TTL: 400 * time.Millisecond, Permits: permits,
+			Holds: []Hold{hold(1, 1, 0, 10), stale}}
+		v := Check(h)
+		if len(v.Violations) == 0 && len(v.Expected) == 0 {
+			t.Errorf("permits %d: a hold ended at its first look with no pause of its worker vanished from the verdict: %s", permits, v.Summary())
+		}
+	}
+}
+
 // TestFinalOfReadsOnlyALateValidity: a Release error moves a hold's Final
 // off "released" only when it says the nodes answered after the validity
 // (redlock.ErrReleasedLate); a plain "not held", or one that wraps a loss,

@@ -1,6 +1,11 @@
 package dlock_test
 
+// A lock's lease as its holder knows it: a grant heard of only after its
+// lease ran out is no lock, and the first end of a lock (a loss, a release)
+// is the one its context reports.
+
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -106,7 +111,7 @@ func TestLateGrantNotReturned(t *testing.T) {
 // A late grant of an attempt made while waiting in line (not the first plain
 // attempt): the waiter must go on with a fresh token and get the lock later.
 // Without the fresh token, every later attempt of the given-up token is
-// refused and the waiter never gets the lock. (From the review of the fix.)
+// refused and the waiter never gets the lock.
 func TestLateGrantInLine(t *testing.T) {
 	_, rdb, srv := setup(t)
 	const name, ttl = "late-inline", 300 * time.Millisecond
@@ -179,7 +184,6 @@ func TestLateGrantInLine(t *testing.T) {
 // With WithReplicas, the WAIT sent with the script can itself make the reply
 // come after the lease's deadline: too few replicas must still be reported as
 // such (ErrNotReplicated), not as a late grant retried for the whole wait.
-// (From the review of the late-grant fix.)
 func TestLateGrantWithTooFewReplicas(t *testing.T) {
 	a, _, _ := setup(t)
 	for _, wait := range []time.Duration{0, 2 * time.Second} {
@@ -209,4 +213,42 @@ func takeOnceFree(t *testing.T, c *dlock.Client, name string) dlock.Lock {
 	}
 	t.Fatalf("%q never came free", name)
 	return nil
+}
+
+// blockingLoss holds the first OnLost until released: the loss is being
+// reported, its context not yet cancelled.
+type blockingLoss struct {
+	dlock.BaseObserver
+	entered, proceed chan struct{}
+}
+
+func (b *blockingLoss) OnLost(dlock.LostEvent) {
+	close(b.entered)
+	<-b.proceed
+}
+
+// A Release that runs while a loss is still being reported to the
+// observers must not make the loss read as a release: the first cause wins
+// on the lock's context, so Run and Do still report the loss.
+func TestLossNotHiddenByRacingRelease(t *testing.T) {
+	obs := &blockingLoss{entered: make(chan struct{}), proceed: make(chan struct{})}
+	c, rdb, _ := setup(t, dlock.WithObserver(obs))
+	l := mustAcquire(t, c, "race", dlock.WithTTL(300*time.Millisecond))
+	lctx := l.Context()         // made now, as Do makes it: a context made later takes the first cause anyway
+	rdb.Del(bg, "dlock:{race}") // the next renewal finds it gone
+	select {
+	case <-obs.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the loss was never reported")
+	}
+	released := make(chan error, 1)
+	go func() { released <- l.Release(bg) }()
+	time.Sleep(100 * time.Millisecond) // let the Release run while OnLost blocks
+	close(obs.proceed)
+	if err := <-released; !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release of a lost lock: %v, want ErrNotHeld", err)
+	}
+	if cause := context.Cause(lctx); !errors.Is(cause, dlock.ErrLockLost) {
+		t.Fatalf("cause %v, want the loss (ErrLockLost)", cause)
+	}
 }
