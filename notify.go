@@ -58,47 +58,89 @@ const subscriptionLinger = 3 * time.Second
 // subscribe returns the subscription of channel, subscribing if needed. The
 // caller must wait for ready before it relies on messages, and call
 // unsubscribe when done.
+//
+// Finding the node that serves the channel and dialling a new session's
+// connection happen without mu, which every Acquire of the process takes
+// (active, listen): a waiter whose dial is slow must not stall them all
+// (TestSlowPubSubDialStallsNoOtherAcquire). What was found is checked again
+// under mu, and a connection another waiter opened first is used instead.
 func (n *notifier) subscribe(ctx context.Context, channel string) (*subscription, error) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
-		return nil, ErrClosed
-	}
-	if s := n.subs[channel]; s != nil {
-		s.refs++
-		if s.linger != nil {
-			s.linger.Stop()
-			s.linger = nil
-		}
-		return s, nil
+	s, err := n.reuse(channel)
+	n.mu.Unlock()
+	if s != nil || err != nil {
+		return s, err
 	}
 	key, err := n.channels.sessionOf(ctx, channel)
 	if err != nil {
 		return nil, err
 	}
-	s := &subscription{channel: channel, session: key, refs: 1, ready: make(chan struct{})}
-	if err := n.attach(ctx, s); err != nil {
-		return nil, err
+	var ps *redis.PubSub // opened for channel, not yet a session's
+	discard := func() {
+		if ps != nil {
+			_ = ps.Close()
+		}
 	}
-	n.subs[channel] = s
+	for {
+		n.mu.Lock()
+		if s, err := n.reuse(channel); s != nil || err != nil {
+			n.mu.Unlock()
+			discard()
+			return s, err
+		}
+		s := &subscription{channel: channel, session: key, refs: 1, ready: make(chan struct{})}
+		if sess := n.sessions[key]; sess != nil {
+			// A write on a connection already up, under mu: the SUBSCRIBE
+			// cannot overtake the UNSUBSCRIBE of an earlier subscription
+			// of the same channel on it.
+			err := n.channels.subscribe(ctx, sess.ps, channel)
+			if err == nil {
+				n.subs[channel] = s
+			}
+			n.mu.Unlock()
+			discard()
+			if err != nil {
+				return nil, err
+			}
+			return s, nil
+		}
+		if ps != nil {
+			n.start(key, ps)
+			n.subs[channel] = s
+			n.mu.Unlock()
+			return s, nil
+		}
+		n.mu.Unlock()
+		ps = n.channels.open(ctx, []string{channel})
+	}
+}
+
+// reuse takes another reference on channel's subscription, if there is
+// one. The caller holds mu.
+func (n *notifier) reuse(channel string) (*subscription, error) {
+	if n.closed {
+		return nil, ErrClosed
+	}
+	s := n.subs[channel]
+	if s == nil {
+		return nil, nil
+	}
+	s.refs++
+	if s.linger != nil {
+		s.linger.Stop()
+		s.linger = nil
+	}
 	return s, nil
 }
 
-// attach subscribes s's channel on the session s.session, which it starts
-// when there is none. Called under mu: the SUBSCRIBE cannot overtake the
-// UNSUBSCRIBE of an earlier subscription of the same channel.
-func (n *notifier) attach(ctx context.Context, s *subscription) error {
-	sess := n.sessions[s.session]
-	if sess == nil {
-		sctx, stop := context.WithCancel(context.Background())
-		sess = &session{key: s.session, ps: n.channels.open(ctx, []string{s.channel}), stop: stop, ctx: sctx,
-			unsubs: map[string]int{}}
-		n.sessions[s.session] = sess
-		n.wg.Add(1)
-		go n.read(sess)
-		return nil
-	}
-	return n.channels.subscribe(ctx, sess.ps, s.channel)
+// start makes ps, already subscribed to its first channel, the session
+// key, and starts its reader. The caller holds mu.
+func (n *notifier) start(key string, ps *redis.PubSub) {
+	sctx, stop := context.WithCancel(context.Background())
+	sess := &session{key: key, ps: ps, stop: stop, ctx: sctx, unsubs: map[string]int{}}
+	n.sessions[key] = sess
+	n.wg.Add(1)
+	go n.read(sess)
 }
 
 // unsubscribe drops one reference; the channel is unsubscribed after the

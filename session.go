@@ -280,13 +280,35 @@ func (n *notifier) follow(sess *session, tidy bool) bool {
 			remain++
 		}
 	}
+	// Channels whose node has a session go there now; the others wait
+	// for a connection to their node, dialled without mu (see subscribe).
+	dial := map[string][]string{}
 	for _, s := range moved {
-		// An error leaves the channel with its new session all the same:
-		// go-redis keeps it on that connection and subscribes it again
-		// when it reconnects; the audit finds it if not.
-		_ = n.attach(ctx, s)
+		if to := n.sessions[s.session]; to != nil {
+			// An error leaves the channel with its new session all the
+			// same: go-redis keeps it on that connection and subscribes
+			// it again when it reconnects; the audit finds it if not.
+			_ = n.channels.subscribe(ctx, to.ps, s.channel)
+		} else {
+			dial[s.session] = append(dial[s.session], s.channel)
+		}
 		if tidy && remain > 0 {
 			sess.unsubscribe(n.channels, s.channel)
+		}
+	}
+	if len(dial) > 0 {
+		n.mu.Unlock()
+		opened := map[string]*redis.PubSub{}
+		for key, chans := range dial {
+			opened[key] = n.channels.open(ctx, chans)
+		}
+		n.mu.Lock()
+		for key, ps := range opened {
+			n.settle(ctx, key, ps, dial[key])
+		}
+		if n.closed || sess.ctx.Err() != nil {
+			n.mu.Unlock()
+			return false
 		}
 	}
 	if remain > 0 {
@@ -299,6 +321,33 @@ func (n *notifier) follow(sess *session, tidy bool) bool {
 	n.mu.Unlock()
 	_ = ps.Close()
 	return false
+}
+
+// settle makes ps, opened without mu for chans of the session key, that
+// session, unless the notifier closed or another waiter started the
+// session meanwhile (then chans are subscribed there and ps is closed), or
+// none of chans is wanted any more. The caller holds mu.
+func (n *notifier) settle(ctx context.Context, key string, ps *redis.PubSub, chans []string) {
+	wanted := false
+	for _, ch := range chans {
+		if s := n.subs[ch]; s != nil && s.session == key {
+			wanted = true
+		}
+	}
+	if n.closed || !wanted {
+		// Closed, or the channels were dropped meanwhile: a session
+		// serving none would never end.
+		_ = ps.Close()
+		return
+	}
+	if to := n.sessions[key]; to != nil {
+		for _, ch := range chans {
+			_ = n.channels.subscribe(ctx, to.ps, ch)
+		}
+		_ = ps.Close()
+		return
+	}
+	n.start(key, ps)
 }
 
 // ping asks the session's connection for an answer; false if the PING could
