@@ -25,10 +25,19 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 	}
 	var l *redisLock
 	if err == nil {
-		r := c.attempt(ctx, name, c.keys(name), ac, ac.newToken(), false)
-		l, err = c.afterClose(ctx, name, r.lock, r.err)
+		l, err = c.tryAcquire(ctx, name, ac)
 	}
 	return c.acquired(ctx, name, start, l, err, ac)
+}
+
+// tryAcquire is TryAcquire's attempt, as an acquisition Close waits for.
+func (c *Client) tryAcquire(ctx context.Context, name string, ac acquireConfig) (*redisLock, error) {
+	if !c.begin() {
+		return nil, opError("acquire", name, ErrClosed)
+	}
+	defer c.end()
+	r := c.attempt(ctx, name, c.keys(name), ac, ac.newToken(), false)
+	return c.afterClose(ctx, name, r.lock, r.err)
 }
 
 // Acquire takes the lock name, waiting while another holder has it: until
@@ -53,10 +62,19 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 	}
 	var l *redisLock
 	if err == nil {
-		l, err = c.acquire(ctx, name, ac)
-		l, err = c.afterClose(ctx, name, l, err)
+		l, err = c.acquireTracked(ctx, name, ac)
 	}
 	return c.acquired(ctx, name, start, l, err, ac)
+}
+
+// acquireTracked is acquire as an acquisition Close waits for.
+func (c *Client) acquireTracked(ctx context.Context, name string, ac acquireConfig) (*redisLock, error) {
+	if !c.begin() {
+		return nil, opError("acquire", name, ErrClosed)
+	}
+	defer c.end()
+	l, err := c.acquire(ctx, name, ac)
+	return c.afterClose(ctx, name, l, err)
 }
 
 // acquired reports an acquisition to the observers and returns its result,
@@ -73,9 +91,9 @@ func (c *Client) acquired(ctx context.Context, name string, start time.Time, l *
 	return l, nil
 }
 
-// afterClose releases a lock obtained while Close ran: Close has already
-// released what it knew of and stopped renewal, so nobody would renew or
-// release this one.
+// afterClose releases a lock obtained while Close ran, before Close returns
+// (it waits for the acquisitions in flight): Close may have released what
+// it knew of before this lock was made, and stops renewal.
 func (c *Client) afterClose(ctx context.Context, name string, l *redisLock, err error) (*redisLock, error) {
 	if l == nil || !c.closed.Load() {
 		return l, err

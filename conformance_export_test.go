@@ -24,3 +24,14 @@ func QueuedCalls(c *Client) int { return c.batch.Queued() }
 // it is out, for a test that holds one for as long as its calls take to
 // queue (they would go alone after the stall bound otherwise).
 func HoldBatches(c *Client) { c.batch.SetStallBound(time.Hour) }
+
+// InFlight returns how many acquisitions of c are under way: Close waits
+// for them.
+func InFlight(c *Client) int {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	return c.inflight
+}
+
+// ServerChecked reports whether c's one-time check of the server is done.
+func ServerChecked(c *Client) bool { return c.server.verdict.Load() != nil }

@@ -48,6 +48,13 @@ type Client struct {
 	held map[*redisLock]struct{} // locks not yet released or lost, for Close
 	// bgClosed: Close is waiting for bg, so no more may start.
 	bgClosed bool
+	// inflight counts the acquisitions under way (TryAcquire, Acquire),
+	// which Close waits for: one whose grant is in Redis with its reply
+	// still out would otherwise be released only after Close returned, or
+	// never, once the process exits. drained is closed when the last ends
+	// after Close began.
+	inflight int
+	drained  chan struct{}
 
 	server serverCheck // checkServer's verdict on the Redis server
 }
@@ -103,32 +110,52 @@ func MustNew(rdb redis.UniversalClient, opts ...Option) *Client {
 
 // Close releases the locks this client still holds, stops its background
 // work (renewal, wake-ups) and waits for it. Waits under way end, and
-// acquisitions after Close fail, with ErrClosed; a lock obtained while Close
-// ran is released again. The releases keep ctx's values but not its
-// cancellation or deadline, and are bounded by the release timeout
-// (WithReleaseTimeout), as Release is; a lock that could not be released
-// expires with its TTL. The error joins the failed releases.
+// acquisitions after Close fail, with ErrClosed. An acquisition in flight
+// when Close begins is waited for: a lock it obtains is released again
+// before Close returns, and it reports ErrClosed. The releases keep ctx's
+// values but not its cancellation or deadline, and are bounded by the
+// release timeout (WithReleaseTimeout), as Release is; a lock that could
+// not be released expires with its TTL. The error joins the failed
+// releases.
 //
-// The background work Close waits for includes tokens being given back
-// (each try bounded by the release timeout) and the one-time check of the
-// server (bounded by 5 s). With a Redis that stopped answering, go-redis
-// keeps to those bounds only when made with ContextTimeoutEnabled; else a
-// read waits for its ReadTimeout.
+// Close's own wait (for the releases and the acquisitions in flight) is
+// bounded by the release timeout. The background work it then waits for
+// includes tokens being given back (each try bounded by the release
+// timeout) and the one-time check of the server (bounded by 5 s). With a
+// Redis that stopped answering, go-redis keeps to those bounds only when
+// made with ContextTimeoutEnabled; else a read waits for its ReadTimeout.
+// An acquisition still waiting for Redis when the bound passes gives its
+// grant back when its reply comes, or leaves it to expire with its TTL.
 func (c *Client) Close(ctx context.Context) error {
-	c.closed.Store(true)
+	c.hmu.Lock()
+	c.closed.Store(true) // under hmu: no acquisition begins after this
+	var drained chan struct{}
+	if c.inflight > 0 {
+		drained = make(chan struct{})
+		c.drained = drained
+	}
+	c.hmu.Unlock()
 	c.closeWaits()
+	rctx, cancel := c.cleanupContext(ctx)
+	defer cancel()
+	// The locks held now are released while the acquisitions in flight
+	// finish; one that obtains a lock releases it itself (afterClose).
 	c.hmu.Lock()
 	locks := make([]*redisLock, 0, len(c.held))
 	for l := range c.held {
 		locks = append(locks, l)
 	}
 	c.hmu.Unlock()
-	rctx, cancel := c.cleanupContext(ctx)
-	defer cancel()
 	var errs []error
 	for _, l := range locks {
 		if err := l.release(rctx, errClosedRelease); err != nil && !errors.Is(err, ErrNotHeld) {
 			errs = append(errs, err)
+		}
+	}
+	if drained != nil {
+		select {
+		case <-drained:
+		case <-rctx.Done():
 		}
 	}
 	c.renewer.close()
@@ -138,6 +165,28 @@ func (c *Client) Close(ctx context.Context) error {
 	c.bg.Wait()
 	c.notify.close()
 	return errors.Join(errs...)
+}
+
+// begin counts an acquisition under way, unless Close has begun.
+func (c *Client) begin() bool {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	if c.closed.Load() {
+		return false
+	}
+	c.inflight++
+	return true
+}
+
+// end uncounts an acquisition begin counted.
+func (c *Client) end() {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	c.inflight--
+	if c.inflight == 0 && c.drained != nil {
+		close(c.drained)
+		c.drained = nil
+	}
 }
 
 func (c *Client) track(l *redisLock) {
