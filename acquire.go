@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/node"
 )
 
@@ -336,11 +337,9 @@ func isServerReply(err error) bool {
 //
 // The error that made the caller give up (a reset, BUSY, a failover's
 // READONLY) often fails the first withdrawal too, so it is tried again with
-// backoff for as long as the token could still hold something in Redis: a
-// grant of ttl (or a hand-off) for ttl, a queue entry for waiterAlive(ttl),
-// unless Close has begun. Stopping at the queue entry's life, as it once
-// did, stranded a grant held by nobody for the rest of its TTL after an
-// outage of a few seconds.
+// backoff for as long as the token could still hold something in Redis (see
+// lease.GiveBackHorizon): a grant of ttl (or a hand-off) for ttl, a queue
+// entry for waiterAlive(ttl), unless Close has begun.
 func (c *Client) giveBack(ctx context.Context, k node.Keys, token string, ttl time.Duration) {
 	c.hmu.Lock()
 	if c.bgClosed {
@@ -352,14 +351,18 @@ func (c *Client) giveBack(ctx context.Context, k node.Keys, token string, ttl ti
 	c.hmu.Unlock()
 	go func() {
 		defer c.bg.Done()
-		until := time.Now().Add(max(waiterAlive(ttl), ttl))
-		for backoff := 20 * time.Millisecond; c.withdraw(ctx, k, token) != nil; backoff = min(2*backoff, time.Second) {
-			if time.Now().Add(backoff).After(until) {
+		until := time.Now().Add(lease.GiveBackHorizon(ttl, waiterAlive(ttl)))
+		var b lease.Backoff
+		for c.withdraw(ctx, k, token) != nil {
+			pause := b.Next()
+			if time.Now().Add(pause).After(until) {
 				return
 			}
+			t := time.NewTimer(pause)
 			select {
-			case <-time.After(backoff):
+			case <-t.C:
 			case <-c.closing.Done():
+				t.Stop()
 				return
 			}
 		}

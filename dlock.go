@@ -2,8 +2,6 @@ package dlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/node"
 )
 
@@ -39,7 +38,7 @@ type Client struct {
 	qmu    sync.Mutex
 	queues map[string]*localQueue // goroutines of this process waiting per name
 
-	renewer *renewer
+	renewer *lease.Renewer
 	// bg counts the background goroutines Close waits for: tokens given
 	// back (giveBack) and the server check. Add under hmu.
 	bg sync.WaitGroup
@@ -92,7 +91,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		notify: newNotifier(rdb), queues: map[string]*localQueue{},
 		held: map[*redisLock]struct{}{}, batch: node.NewBatcher(rdb, cfg.batchDepth),
 	}
-	c.renewer = newRenewer(c)
+	c.renewer = lease.NewRenewer()
 	c.closing, c.closeWaits = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -158,7 +157,7 @@ func (c *Client) Close(ctx context.Context) error {
 		case <-rctx.Done():
 		}
 	}
-	c.renewer.close()
+	c.renewer.Close()
 	c.hmu.Lock()
 	c.bgClosed = true
 	c.hmu.Unlock()
@@ -204,14 +203,8 @@ func (c *Client) untrack(l *redisLock) {
 // keys returns the keys of the lock name under the client's prefix.
 func (c *Client) keys(name string) node.Keys { return node.KeysOf(c.cfg.prefix, name) }
 
-// newToken returns 128 random bits, hex encoded. crypto/rand does not fail
-// on supported platforms (it crashes the program rather than return weak
-// bytes), so there is no error to handle.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// newToken returns a fresh token (see lease.NewToken).
+func newToken() string { return lease.NewToken() }
 
 // ms converts a duration to whole milliseconds for PX/PEXPIRE.
 func ms(d time.Duration) int64 { return d.Milliseconds() }

@@ -3,6 +3,8 @@ package dlock
 import (
 	"fmt"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/lease"
 )
 
 // A lock's lease as this process knows it, on the local monotonic clock:
@@ -13,18 +15,9 @@ import (
 
 // renewLater schedules the next renewal of a lock that the renewal loop
 // keeps alive: a third of its TTL after its latest confirmed lease (an
-// acquisition, a Refresh). l.mu must be held (see renewer.mu).
+// acquisition, a Refresh). l.mu must be held (see lease.Renewer.mu).
 func (l *redisLock) renewLater() {
-	if l.renew {
-		l.c.renewer.schedule(l, renewAt(l.leased, l.ttl))
-	}
-}
-
-// leaseMargin is taken off every lease before it counts as ours: Redis'
-// clock may run a little fast, and cancelling the holder's context takes a
-// moment to reach the work. A tenth of the TTL, at least a millisecond.
-func leaseMargin(ttl time.Duration) time.Duration {
-	return max(ttl/10, time.Millisecond)
+	l.scheduleLocked(renewAt(l.leased, l.ttl))
 }
 
 // capAtHold cuts a lease of ttl asked for at now so that it ends at the hold
@@ -52,10 +45,8 @@ func (l *redisLock) capAtHold(now time.Time, ttl time.Duration) (capped time.Dur
 }
 
 // leaseEnd is the deadline of a lease of ttl confirmed by a command sent at
-// sent.
-func leaseEnd(sent time.Time, ttl time.Duration) time.Time {
-	return sent.Add(ttl - leaseMargin(ttl))
-}
+// sent (see lease.End).
+func leaseEnd(sent time.Time, ttl time.Duration) time.Time { return lease.End(sent, ttl) }
 
 // leaseLeft is how long the lease is known to be ours. l.mu must be held.
 func (l *redisLock) leaseLeft() time.Duration { return time.Until(l.until) }
@@ -151,6 +142,6 @@ func (l *redisLock) end(to lockState, reason Reason, cause error) {
 	if cancel != nil {
 		cancel(first)
 	}
-	l.c.renewer.forget(l)
+	l.c.renewer.Forget(l)
 	l.c.untrack(l)
 }

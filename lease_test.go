@@ -119,11 +119,15 @@ func TestLateGrantInLine(t *testing.T) {
 	if err := scripts.Acquire.Load(bg, slow).Err(); err != nil {
 		t.Fatal(err)
 	}
-	b, c := newLocker(t, rdb), newLocker(t, rdb)
-	// B holds and "crashes": no renewal, no release.
+	crashed := srv.Client(t)
+	b, c := newLocker(t, crashed), newLocker(t, rdb)
+	// B holds and "crashes": no renewal, no release, and its connection
+	// gone, so that not even the give-back of its lease's end reaches
+	// Redis: A must get the lock from its own attempt in line.
 	if _, err := b.TryAcquire(bg, name, dlock.WithTTL(ttl), dlock.WithoutRenewal()); err != nil {
 		t.Fatal(err)
 	}
+	_ = crashed.Close()
 	var held atomic.Bool
 	var queued atomic.Bool
 	ran, gate := make(chan struct{}), make(chan struct{})

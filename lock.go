@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/node"
 )
 
@@ -41,7 +42,7 @@ type redisLock struct {
 
 	// releaseMu lets one Release run at a time, across its round trip.
 	// The lock order: releaseMu, then mu, then the renewer's mu (see
-	// renewer.mu); never the other way round.
+	// lease.Renewer.mu); never the other way round.
 	releaseMu sync.Mutex
 
 	mu    sync.Mutex // guards the fields below
@@ -57,6 +58,8 @@ type redisLock struct {
 	until    time.Time
 	deadline *time.Timer // fires at until unless a renewal moved it
 	holdDone bool        // renewal stopped at the hold limit
+	// renewFailures counts the renewals in a row that got no answer.
+	renewFailures int
 	// releasing: a Release is under way. A renewal or Refresh that finds the
 	// lock gone then saw our own release, not a loss.
 	releasing bool
@@ -251,7 +254,7 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	if l.is(released) {
 		return opError("release", l.name, ErrNotHeld)
 	}
-	l.c.renewer.remove(l)
+	l.c.renewer.Forget(l)
 	l.setReleasing(true)
 	res, err := l.c.releaseWith(ctx, l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL, MinHold: l.minHold})
 	if err != nil {
@@ -309,11 +312,9 @@ func (c *Client) releaseWith(ctx context.Context, k node.Keys, token string, a n
 	return c.batch.Run(ctx, node.Release(k, token, a)).Int64()
 }
 
-// releaseRecordTTL is how long Redis keeps the record of a token's release, so
-// that the same release sent again (go-redis re-sends a command after a read
-// timeout or a reset) reports success rather than a false ErrNotHeld. It
-// covers go-redis' default retries with their timeouts several times over.
-const releaseRecordTTL = 30 * time.Second
+// releaseRecordTTL is how long Redis keeps the record of a token's release
+// (see lease.ReleaseRecordTTL).
+const releaseRecordTTL = lease.ReleaseRecordTTL
 
 // forcedRecordTTL is how long Redis keeps the record of a forced unlock. It
 // outlives the holder's renewals by far (a renewal comes every third of a

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/node"
 )
 
@@ -226,16 +227,11 @@ func backoff(n int, ttl, holder time.Duration) time.Duration {
 	return minBackoff + rand.N(ceil-minBackoff+1)
 }
 
-// margin is taken off every validity: the Redlock algorithm's allowance for
-// the nodes' clocks running fast against ours (TTL/100 + 2ms), raised to the
-// single-node lock's lease margin (a tenth of the TTL), because the context
-// must end early enough for the holder's work to see it and stop before the
-// nodes' leases run out, and on a busy machine the timer, the goroutine that
-// cancels and the work each wake tens of milliseconds late.
-// (TestContextEndsBeforeLiveKeysExpire: with TTL/100 + 2ms, 16ms were left.)
-func margin(ttl time.Duration) time.Duration {
-	return max(ttl/10, ttl/100+2*time.Millisecond)
-}
+// margin is taken off every validity: the engine's one lease margin (see
+// lease.Margin), which covers the Redlock algorithm's clock drift allowance.
+// (TestContextEndsBeforeLiveKeysExpire: with TTL/100 + 2ms alone, 16ms were
+// left.)
+func margin(ttl time.Duration) time.Duration { return lease.Margin(ttl) }
 
 // reply is one node's answer to an attempt.
 type reply struct {
@@ -472,21 +468,21 @@ func (r *Redlock) withdrawAll(ctx context.Context, k node.Keys, token string, fe
 	wg.Wait()
 }
 
-// giveBackFor bounds how long a grant is tried to be given back: the core's
-// longest such retry. Past it the grant's TTL, which ends it, is near.
-const giveBackFor = 3 * time.Second
-
 // giveBack withdraws token from node i in the background: it releases a
 // grant whose reply was lost or came too late, and marks the token given
 // up (how: g), so that an attempt of it still on the way (go-redis re-sends
 // after a lost reply) grants nothing. The error that lost the reply often
-// fails the first try too, so it is tried again with backoff while the
-// grant may live (its TTL, at most giveBackFor), until Close.
+// fails the first try too, so it is tried again with the engine's backoff
+// for as long as the grant may live (lease.GiveBackHorizon: its TTL),
+// until Close. (Stopping after 3 s, as it once did, left a grant held by
+// nobody on the node after a longer outage: TestGiveBackOutlivesLongOutage.)
 func (r *Redlock) giveBack(ctx context.Context, i int, k node.Keys, token string, ttl time.Duration, g giveUp) {
 	ctx = context.WithoutCancel(ctx)
 	retry := func() {
-		until := time.Now().Add(min(ttl, giveBackFor))
-		for pause := 20 * time.Millisecond; r.withdraw(ctx, i, k, token, g) != nil; pause = min(2*pause, 500*time.Millisecond) {
+		until := time.Now().Add(lease.GiveBackHorizon(ttl, 0))
+		var b lease.Backoff
+		for r.withdraw(ctx, i, k, token, g) != nil {
+			pause := b.Next()
 			if time.Now().Add(pause).After(until) {
 				return
 			}
@@ -505,8 +501,8 @@ func (r *Redlock) giveBack(ctx context.Context, i int, k node.Keys, token string
 }
 
 // releaseRecordTTL is how long a node keeps the record of a token's release,
-// as the core keeps it (see internal/scripts/release.lua).
-const releaseRecordTTL = 30 * time.Second
+// as the core keeps it (see lease.ReleaseRecordTTL).
+const releaseRecordTTL = lease.ReleaseRecordTTL
 
 // withdraw runs the release script for token on node i, giving the token
 // up (how: g), on a fresh context bounded by the release timeout.

@@ -2,8 +2,6 @@ package redlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"reflect"
@@ -12,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/lease"
 )
 
 // ErrNoQuorum: fewer than a majority of the Redlock's nodes granted or
@@ -137,7 +136,7 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 }
 
 // errClosedRelease is the cause of the context of a lock released by Close.
-var errClosedRelease = fmt.Errorf("%w by Close (%w)", dlock.ErrReleased, dlock.ErrClosed)
+var errClosedRelease = fmt.Errorf("%w by %w", dlock.ErrReleased, dlock.ErrClosed) // the core's text
 
 // Close ends the contexts of the locks the Redlock still holds (with a
 // cause matching both dlock.ErrReleased and dlock.ErrClosed, as a
@@ -253,9 +252,5 @@ func isNil(rdb redis.UniversalClient) bool {
 	return false
 }
 
-// newToken returns 128 random bits, hex encoded, like the core's tokens.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// newToken returns a fresh token, as the core's (see lease.NewToken).
+func newToken() string { return lease.NewToken() }

@@ -1,0 +1,377 @@
+package lease
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/node"
+)
+
+// Holder is a held lock the Renewer keeps alive: a backend's lock.
+type Holder interface {
+	// Renewal is called when the holder's renewal is due: the calls to
+	// send, and the Round that takes their replies. ok false: nothing to
+	// send (the lock ended, reached its hold limit, or its deadline
+	// passed); the holder is then not renewed again unless it schedules
+	// itself.
+	Renewal(now time.Time) (parts []Part, round Round, ok bool)
+}
+
+// Round takes the replies of one renewal's parts, each as it comes, on the
+// goroutine of the part's lane. The holder reschedules itself (Schedule)
+// once it has a verdict; replies after that are still delivered.
+type Round interface {
+	Answer(part int, reply node.Reply)
+}
+
+// Part is one call of a renewal, and the node it goes to.
+type Part struct {
+	// Lane names the node: calls of one lane leave together, in one
+	// pipeline, and a lane whose node hangs holds up only its own calls.
+	Lane string
+	Conn redis.Cmdable // what the lane's pipeline is sent on
+	Call node.Call
+	// Bound is when the reply stops being of use (the lease deadline): a
+	// pipeline runs until the latest Bound of its calls.
+	Bound time.Time
+}
+
+// Renewer is one renewal loop for many held locks. It keeps them in a heap
+// ordered by their next renewal, sleeps until the first is due, and hands
+// every renewal due by then to the lanes of the nodes its calls go to: a
+// process holding 10,000 locks runs one loop goroutine and a few pipelines a
+// second, not 10,000 timers sending.
+//
+// It only sends. Deciding that a lock is lost when renewals go unanswered is
+// the job of each lock's deadline timer, so a renewal stuck on a blackholed
+// connection cannot keep a holder from learning its lease ran out.
+//
+// Renewals go out per node (a lane): each lane sends one pipeline at a time,
+// on a goroutine of its own that runs only while the lane has calls, and
+// answers each call as its pipeline returns. The loop never waits for a
+// reply, so a node that hangs delays only the locks it holds: one pipeline
+// over every node (go-redis returns a cluster pipeline only when each
+// node's part did) made the healthy nodes' locks lost with it, and a loop
+// that waited on the hung node's read made a longer lease on a healthy node
+// miss its deadline. (TestHungPrimaryCostsOnlyItsOwnLocks.)
+//
+// The loop goroutine runs only while some lock is due for renewal.
+type Renewer struct {
+	// mu guards the Renewer's own state. The lock order: a holder's own
+	// mutex before this one, never the other way round. Schedule runs
+	// under the holder's mutex, so that the holder's end, which marks it
+	// ended under that mutex and then calls Forget, cannot come between
+	// the holder's check that it is held and its entry going into the
+	// heap; the loop and the lanes call a holder only while they hold no
+	// mutex of their own.
+	mu      sync.Mutex
+	entries map[Holder]*entry // every holder scheduled and not yet due
+	due     entryHeap
+	lanes   map[string]*lane
+	kick    chan struct{} // a holder is due earlier than the loop sleeps
+	wakeAt  time.Time     // when the sleeping loop wakes by itself
+	running bool
+	closed  bool
+	wg      sync.WaitGroup // the loop and the lanes' senders
+	stop    chan struct{}
+}
+
+// entry is the Renewer's bookkeeping of one holder, under Renewer.mu.
+type entry struct {
+	h     Holder
+	next  time.Time // when to renew next
+	index int       // position in due
+}
+
+// lane is the calls to one node waiting for its pipeline, under
+// Renewer.mu. sending: a sender goroutine runs for the lane.
+type lane struct {
+	queue   []job
+	sending bool
+}
+
+// job is one part of a renewal in a lane.
+type job struct {
+	part  Part
+	i     int
+	round Round
+}
+
+const (
+	// batchSlack: holders due within this of the first are renewed in the
+	// same pass, a little early rather than in a pass of their own.
+	batchSlack = 20 * time.Millisecond
+	// idleFor is how long the loop stays without holders before it exits.
+	idleFor = 2 * time.Second
+	// batchMax bounds one pipeline.
+	batchMax = 1000
+)
+
+// NewRenewer returns a Renewer with nothing to renew; it starts its loop
+// when the first holder is scheduled.
+func NewRenewer() *Renewer {
+	return &Renewer{entries: map[Holder]*entry{}, lanes: map[string]*lane{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+}
+
+// Schedule has h renewed at next. The caller holds h's own mutex and has
+// checked that h is held (see Renewer.mu); after Close it does nothing.
+func (r *Renewer) Schedule(h Holder, next time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	e := r.entries[h]
+	if e == nil {
+		e = &entry{h: h, next: next}
+		r.entries[h] = e
+		heap.Push(&r.due, e)
+	} else {
+		e.next = next
+		heap.Fix(&r.due, e.index)
+	}
+	if !r.running {
+		r.running = true
+		r.wg.Add(1)
+		go r.loop()
+		return
+	}
+	// Wake the loop only when it would sleep past this renewal: a wake-up
+	// per acquisition costs an uncontended lock a context switch.
+	if next.Before(r.wakeAt) {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Forget stops renewing h: it has ended, or a Release is about to run. A
+// renewal of h under way still calls its Round, which may schedule h again
+// if h is then held (a Release that failed), as may a Refresh.
+func (r *Renewer) Forget(h Holder) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.entries[h]; e != nil {
+		// The loop may sleep until e's renewal; it then wakes once for
+		// nothing, which is cheaper than waking it now.
+		heap.Remove(&r.due, e.index)
+		delete(r.entries, h)
+	}
+}
+
+// Scheduled reports how many holders wait for their next renewal.
+func (r *Renewer) Scheduled() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.entries)
+}
+
+// Close stops the loop and waits for it and for the pipelines out. A
+// pipeline to a node that hangs runs until the latest lease deadline of its
+// calls.
+func (r *Renewer) Close() {
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.stop)
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+func (r *Renewer) loop() {
+	defer r.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		if r.closed {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		if len(r.due) == 0 {
+			// Set under the same lock that saw the heap empty, so a holder
+			// scheduled right after compares with the idle wake-up.
+			r.wakeAt = time.Now().Add(idleFor)
+			r.mu.Unlock()
+			if !r.idle(timer) {
+				return
+			}
+			continue
+		}
+		r.wakeAt = r.due[0].next
+		wait := time.Until(r.wakeAt)
+		r.mu.Unlock()
+		if wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-r.kick:
+				timer.Stop()
+				continue
+			case <-r.stop:
+				return
+			}
+		}
+		r.send(r.takeDue())
+	}
+}
+
+// idle waits, with nothing to renew, for a new holder. It reports false when
+// the loop should exit: after idleFor without holders, or on Close. Staying
+// a while spares a process that takes and releases locks one after another
+// a goroutine start per lock.
+func (r *Renewer) idle(timer *time.Timer) bool {
+	timer.Reset(idleFor)
+	select {
+	case <-r.kick:
+		timer.Stop()
+		return true
+	case <-r.stop:
+		return false
+	case <-timer.C:
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.due) > 0 && !r.closed {
+		return true
+	}
+	r.running = false
+	return false
+}
+
+// takeDue pops the holders due now or within the batch slack.
+func (r *Renewer) takeDue() []Holder {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	horizon := time.Now().Add(batchSlack)
+	var due []Holder
+	for len(r.due) > 0 && len(due) < batchMax && !r.due[0].next.After(horizon) {
+		e := heap.Pop(&r.due).(*entry)
+		delete(r.entries, e.h)
+		due = append(due, e.h)
+	}
+	return due
+}
+
+// send asks each due holder for its renewal and queues the parts on their
+// lanes, starting a lane's sender where none runs. It never waits for a
+// reply.
+func (r *Renewer) send(due []Holder) {
+	if len(due) == 0 {
+		return
+	}
+	now := time.Now()
+	var jobs []job
+	for _, h := range due {
+		parts, round, ok := h.Renewal(now)
+		if !ok {
+			continue
+		}
+		for i, p := range parts {
+			jobs = append(jobs, job{part: p, i: i, round: round})
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	for _, j := range jobs {
+		ln := r.lanes[j.part.Lane]
+		if ln == nil {
+			ln = &lane{}
+			r.lanes[j.part.Lane] = ln
+		}
+		ln.queue = append(ln.queue, j)
+		if !ln.sending {
+			ln.sending = true
+			r.wg.Add(1)
+			go r.drain(j.part.Lane, ln)
+		}
+	}
+}
+
+// drain sends the lane's queue, a pipeline at a time, until it is empty:
+// calls queued while a pipeline is out leave together in the next one.
+func (r *Renewer) drain(name string, ln *lane) {
+	defer r.wg.Done()
+	for {
+		r.mu.Lock()
+		if len(ln.queue) == 0 {
+			ln.sending = false
+			delete(r.lanes, name) // a lane per node that has calls, not per node ever seen
+			r.mu.Unlock()
+			return
+		}
+		n := min(len(ln.queue), batchMax)
+		batch := ln.queue[:n:n]
+		ln.queue = ln.queue[n:]
+		r.mu.Unlock()
+		sendLane(batch)
+	}
+}
+
+// sendLane sends batch, the calls of one node, in one pipeline bounded by
+// their latest deadline, and answers each call.
+func sendLane(batch []job) {
+	calls := make([]node.Call, len(batch))
+	var bound time.Time
+	for i, j := range batch {
+		calls[i] = j.part.Call
+		if j.part.Bound.After(bound) {
+			bound = j.part.Bound
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), bound)
+	defer cancel()
+	replies := node.Pipeline(ctx, batch[0].part.Conn, calls, nil)
+	for i, j := range batch {
+		j.round.Answer(j.i, replies[i])
+	}
+}
+
+// entryHeap orders entries by their next renewal.
+type entryHeap []*entry
+
+func (h entryHeap) Len() int           { return len(h) }
+func (h entryHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h entryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *entryHeap) Push(x any) {
+	e := x.(*entry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *entryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	e.index = -1
+	*h = old[:len(old)-1]
+	return e
+}
+
+// LaneOf names the lane of key on rdb: the address of the Cluster primary
+// that serves its slot, or "" for any other client (one node). A Cluster
+// client that cannot tell now names the key itself: the call goes alone
+// and go-redis routes it.
+func LaneOf(ctx context.Context, rdb redis.UniversalClient, key string) string {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	m, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return "key:" + key
+	}
+	return m.Options().Addr
+}
