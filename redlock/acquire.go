@@ -374,12 +374,12 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 	if l != nil {
 		if !r.track(l) {
 			// Close has begun: it cannot know of this lock.
-			close(l.done) // no watch goroutine was started
 			rctx, cancel := r.cleanupContext(ctx)
 			defer cancel()
 			_ = l.release(rctx, errClosedRelease)
 			return nil, 0, opError("acquire", name, dlock.ErrClosed)
 		}
+		l.begin()
 		return l, 0, nil
 	}
 	r.withdrawAll(ctx, k, token, t.fences, s.TTL)

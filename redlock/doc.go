@@ -34,7 +34,10 @@
 // # Renewal
 //
 // A Lock is renewed on all its nodes at a third of its TTL, and no later
-// than halfway to the end of its validity. A renewal (or Refresh) succeeds
+// than halfway to the end of its validity. The Redlock's locks share one
+// renewal loop (the lease engine's, as a dlock.Client's locks do), which
+// sends the renewals due on one node together, in one pipeline of that
+// node's lane: no goroutine per held lock. A renewal (or Refresh) succeeds
 // as soon as a quorum confirmed, so a stalled node does not hold it up; the
 // others answer in the background. After a failure the next try comes soon,
 // with backoff (a thirtieth of the TTL, doubling), not a third of the TTL
@@ -102,10 +105,12 @@
 // # Goroutines
 //
 // Every goroutine a Redlock starts (attempts still out after the verdict,
-// each lock's watch, renewals and re-takes, the nodes a release or renewal
-// left to the background, grants being given back) belongs to it, and each
-// is bounded by a validity or the release timeout: Close releases what is
-// held, ends every Lock's context and waits for them all.
+// the renewal loop and a sender per node while its renewals are out,
+// re-takes, the nodes a release left to the background, grants being given
+// back) belongs to it, and each is bounded by a validity or the release
+// timeout: Close releases what is held, ends every Lock's context and waits
+// for them all. A held lock itself runs none: its validity has a timer, and
+// its renewals are entries in the loop's heap.
 //
 // # Limits
 //

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/node"
 )
 
@@ -35,14 +36,10 @@ type Lock struct {
 	ctx    context.Context // ended when the lock ends; carries the acquirer's values
 	cancel context.CancelCauseFunc
 
-	stop     chan struct{} // closed by release: the watch goroutine returns
-	stopOnce sync.Once
-	done     chan struct{} // closed when the watch goroutine has returned
-
 	// releaseMu makes releases (Release, Close) run one at a time, over
 	// their round trips; mu guards the fields below and is never held over
-	// one. Order: releaseMu, then mu; the Redlock's mu is never taken with
-	// mu held, nor mu with it.
+	// one. Order: releaseMu, then mu, then the renewer's (lease.Renewer.mu);
+	// the Redlock's mu is never taken with mu held, nor mu with it.
 	releaseMu sync.Mutex
 
 	mu     sync.Mutex
@@ -54,6 +51,12 @@ type Lock struct {
 	// loss) or released (the release's cause), before the context is
 	// cancelled: the observers of a loss are told first.
 	endCause error
+	// deadline fires at the end of the validity (unless a renewal moved
+	// it, then it is set again): the validity is enforced by its own
+	// timer, never by waiting for a renewal, so a node that does not
+	// answer cannot keep the lock's context alive past it.
+	deadline *time.Timer
+	failures int // renewals in a row that did not reach a quorum
 }
 
 type state int
@@ -67,7 +70,7 @@ const (
 func (r *Redlock) newLock(ctx context.Context, name string, k node.Keys, token string, s dlock.AcquireSettings,
 	start, valid time.Time, fences []int64, fence int64) *Lock {
 	l := &Lock{r: r, name: name, keys: k, token: token, start: start, renew: s.Renew, fence: fence, owner: cmp.Or(s.Owner, r.cfg.owner),
-		stop: make(chan struct{}), done: make(chan struct{}), fences: fences, valid: valid, ttl: s.TTL}
+		fences: fences, valid: valid, ttl: s.TTL}
 	// The caller's values (trace ids), not its cancellation: the lock lives
 	// until it is released or lost. It carries the lock itself, so that
 	// dlock.FromContext on it finds this lock, not one the acquirer's
@@ -150,7 +153,7 @@ func (l *Lock) Fence() int64 { return l.fence }
 //     ends the context this way too, as the timer would have.
 func (l *Lock) Context() context.Context {
 	// A validity that ran out while this process did not run (stopped,
-	// frozen, starved of CPU) ends the lock here, at once: the watch's
+	// frozen, starved of CPU) ends the lock here, at once: the deadline
 	// timer may fire only after the holder has asked and begun its work.
 	// (TestContextOfValidityOverIsEndedAtOnce.)
 	l.endIfOver()
@@ -227,70 +230,97 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 	// over on one node while another holder took the node it never had,
 	// is gone: TestTakenOverOnBareQuorumSeenGone), while only the
 	// nodes it holds count towards the quorum that keeps it.
-	asked := make([]int, len(fences))
-	for i := range asked {
-		asked[i] = i
-	}
-	var retake []int
 	// Straight to each node: the quorum's validity decides, not any
 	// node's own lease.
 	bctx, cancel := l.r.bounded(ctx, start.Add(ttl-margin(ttl)))
-	replies, wait := l.r.fanOut(bctx, cancel, asked, func(ctx context.Context, i int) (int64, error) {
+	replies, wait := l.r.fanOut(bctx, cancel, l.r.all(), func(ctx context.Context, i int) (int64, error) {
 		res, err := node.Refresh(l.keys, l.token, ttl).Run(ctx, l.r.nodes[i].rdb).Int64()
 		return res, redisError(err)
 	})
 	defer wait()
-	var (
-		ok, lacks int
-		errs      []error
-		ctxErr    error
-		answered  = make([]bool, len(fences))
-	)
-	n := len(l.r.nodes)
-	held := 0 // nodes the lock holds, the only ones that can confirm it
-	for _, f := range fences {
-		if f != 0 {
-			held++
-		}
-	}
-	// Wait while a quorum can still confirm, or while a loss is still
-	// undecided and the answers out could decide it; not for a stalled
-	// node that can do neither (a renewal stuck on it would wait out the
-	// validity instead of failing fast and being retried).
-	waitMore := func(pending, pendingHeld int) bool {
-		return ok+pendingHeld >= l.r.quorum || (lacks <= n-l.r.quorum && lacks+pending > n-l.r.quorum)
-	}
-	for pending, pendingHeld := len(asked), held; pending > 0 && ok < l.r.quorum && waitMore(pending, pendingHeld) && ctxErr == nil; {
+	t := newRefreshTally(fences, l.r.quorum)
+	var ctxErr error
+	for !t.decided() && ctxErr == nil {
 		select {
 		case rep := <-replies:
-			pending--
-			if fences[rep.i] != 0 {
-				pendingHeld--
-			}
-			answered[rep.i] = true
-			switch {
-			case rep.err != nil:
-				errs = append(errs, fmt.Errorf("node %d: %w", rep.i, rep.err))
-			case rep.res == 1 && fences[rep.i] != 0:
-				ok++
-			case rep.res == 1:
-				// Ours on a node not in the lock (a grant whose reply was
-				// lost): joined by a re-take, not counted.
-				retake = append(retake, rep.i)
-			default:
-				lacks++
-				retake = append(retake, rep.i)
-			}
+			t.add(rep.i, rep.res, rep.err)
 		case <-ctx.Done():
 			ctxErr = ctx.Err()
 		}
 	}
-	if ok >= l.r.quorum && time.Since(start) < ttl-margin(ttl) {
+	return l.conclude(ctx, t, start, ttl, setTTL, ctxErr)
+}
+
+// refreshTally counts the nodes' answers to one refresh (a Refresh or a
+// background renewal) until they decide it.
+type refreshTally struct {
+	fences   []int64 // the lock's fences when the refresh was sent
+	quorum   int
+	ok       int // nodes of the lock that confirmed
+	lacks    int // nodes that said it is not ours there
+	pending  int // nodes not heard from
+	heldOut  int // of those, nodes the lock holds: the only ones that can confirm it
+	errs     []error
+	answered []bool
+	retake   []int // nodes to take again once a quorum confirmed
+}
+
+func newRefreshTally(fences []int64, quorum int) *refreshTally {
+	t := &refreshTally{fences: fences, quorum: quorum, pending: len(fences), answered: make([]bool, len(fences))}
+	for _, f := range fences {
+		if f != 0 {
+			t.heldOut++
+		}
+	}
+	return t
+}
+
+// add takes node i's answer: res the refresh script's reply, or err.
+func (t *refreshTally) add(i int, res int64, err error) {
+	t.pending--
+	if t.fences[i] != 0 {
+		t.heldOut--
+	}
+	t.answered[i] = true
+	switch {
+	case err != nil:
+		t.errs = append(t.errs, fmt.Errorf("node %d: %w", i, err))
+	case res == 1 && t.fences[i] != 0:
+		t.ok++
+	case res == 1:
+		// Ours on a node not in the lock (a grant whose reply was lost):
+		// joined by a re-take, not counted.
+		t.retake = append(t.retake, i)
+	default:
+		t.lacks++
+		t.retake = append(t.retake, i)
+	}
+}
+
+// decided reports whether the answers so far decide the refresh: a quorum
+// confirmed, or everyone answered, or the answers out can no longer make a
+// quorum nor decide a loss still undecided. It does not wait for a stalled
+// node that can do neither (a renewal stuck on it would wait out the
+// validity instead of failing fast and being retried).
+func (t *refreshTally) decided() bool {
+	n := len(t.fences)
+	waitMore := t.ok+t.heldOut >= t.quorum || (t.lacks <= n-t.quorum && t.lacks+t.pending > n-t.quorum)
+	return t.pending == 0 || t.ok >= t.quorum || !waitMore
+}
+
+// conclude turns a decided tally of a refresh sent at start into its
+// outcome: the validity moved (and the nodes that no longer hold the lock
+// taken again), the lock gone, or a failure. ctxErr is the caller's
+// context's error when it ended the wait.
+func (l *Lock) conclude(ctx context.Context, t *refreshTally, start time.Time, ttl time.Duration, setTTL bool, ctxErr error) (outcome, error) {
+	n := len(l.r.nodes)
+	if t.ok >= l.r.quorum && time.Since(start) < ttl-margin(ttl) {
 		if err := l.extend(start, ttl, setTTL); err != nil {
 			return ended, err
 		}
-		for i, f := range fences {
-			if f == 0 && !answered[i] {
+		retake := t.retake
+		for i, f := range t.fences {
+			if f == 0 && !t.answered[i] {
 				retake = append(retake, i) // not heard yet: the quorum came first
 			}
 		}
@@ -299,8 +329,8 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 		}
 		return extended, nil
 	}
-	if lacks > n-l.r.quorum {
-		err := opError("refresh", l.name, fmt.Errorf("%w: gone on %d of %d nodes", dlock.ErrNotHeld, lacks, n))
+	if t.lacks > n-l.r.quorum {
+		err := opError("refresh", l.name, fmt.Errorf("%w: gone on %d of %d nodes", dlock.ErrNotHeld, t.lacks, n))
 		if l.ended() {
 			// Our own Release, run meanwhile on another connection, is
 			// what the nodes saw: not a loss.
@@ -308,12 +338,12 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (out
 		}
 		return gone, err
 	}
-	err := fmt.Errorf("%w: %d of %d nodes confirmed", ErrNoQuorum, ok, n)
+	err := fmt.Errorf("%w: %d of %d nodes confirmed", ErrNoQuorum, t.ok, n)
 	if ctxErr != nil {
 		err = fmt.Errorf("%w: %w", err, ctxErr)
 	}
-	if len(errs) > 0 {
-		err = fmt.Errorf("%w: %w", err, errors.Join(errs...))
+	if len(t.errs) > 0 {
+		err = fmt.Errorf("%w: %w", err, errors.Join(t.errs...))
 	}
 	return failed, opError("refresh", l.name, err)
 }
@@ -381,10 +411,58 @@ func (l *Lock) retake(ctx context.Context, i int, ttl time.Duration, until time.
 	}
 }
 
-// renewOnce is one background renewal, on a goroutine of its own: it tells
-// the observers, then ends the lock if a majority of nodes lost it.
-func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
-	out, err := l.refresh(ctx, ttl, false)
+// Renewal is the lock's background renewal due at now, for the Redlock's
+// lease.Renewer: a refresh on every node, each in the lane of its node, so
+// that the renewals of all the Redlock's locks on one node leave together
+// in one pipeline and a node that hangs holds up only its own replies. It
+// sends nothing for a lock that has ended or whose validity has run out.
+func (l *Lock) Renewal(now time.Time) ([]lease.Part, lease.Round, bool) {
+	l.mu.Lock()
+	if l.state != held || !now.Before(l.valid) {
+		l.mu.Unlock()
+		return nil, nil, false
+	}
+	ttl, fences := l.ttl, slices.Clone(l.fences)
+	l.mu.Unlock()
+	bound := now.Add(ttl - margin(ttl))
+	parts := make([]lease.Part, len(l.r.nodes))
+	for i, nd := range l.r.nodes {
+		parts[i] = lease.Part{Lane: nd.lane, Conn: nd.conn, Call: node.Refresh(l.keys, l.token, ttl), Bound: bound}
+	}
+	return parts, &renewal{l: l, ttl: ttl, start: now, t: newRefreshTally(fences, l.r.quorum)}, true
+}
+
+// renewal is one background renewal: its answers come from the lanes of
+// several nodes, each on its own goroutine.
+type renewal struct {
+	l     *Lock
+	ttl   time.Duration
+	start time.Time
+
+	mu   sync.Mutex // guards t and done
+	t    *refreshTally
+	done bool // decided: later answers are of no use
+}
+
+// Answer takes node i's reply; the answer that decides the renewal tells
+// the observers, ends the lock if a majority of nodes lost it, and
+// schedules the next renewal.
+func (rn *renewal) Answer(i int, reply node.Reply) {
+	res, err := reply.Int64()
+	rn.mu.Lock()
+	if rn.done {
+		rn.mu.Unlock()
+		return
+	}
+	rn.t.add(i, res, redisError(err))
+	if !rn.t.decided() {
+		rn.mu.Unlock()
+		return
+	}
+	rn.done = true
+	rn.mu.Unlock()
+	l := rn.l
+	out, err := l.conclude(l.ctx, rn.t, rn.start, rn.ttl, false, nil)
 	e := dlock.RenewEvent{Name: l.name}
 	switch out {
 	case extended:
@@ -394,15 +472,70 @@ func (l *Lock) renewOnce(ctx context.Context, ttl time.Duration) error {
 	case failed:
 		e.Result, e.Err = dlock.ResultError, err
 	case ended:
-		return err // lost or released meanwhile: no renewal was sent
+		return // lost or released meanwhile
 	}
 	for _, o := range l.r.cfg.observers {
 		o.OnRenew(e)
 	}
 	if out == gone {
 		l.lose(dlock.ReasonTakenOver, fmt.Errorf("%w: renewal found the lock gone or taken over: %w", dlock.ErrLockLost, err))
+		return
 	}
-	return err
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := nextRenewal(l.ttl, l.valid)
+	if out == failed {
+		// Retried with the engine's backoff (TTL/30 doubling), well
+		// before the deadline: a retry due at the deadline itself comes
+		// too late to save the lock.
+		l.failures++
+		next = min(next, lease.RetryBackoff(l.ttl, l.failures))
+	} else {
+		l.failures = 0
+	}
+	l.scheduleLocked(time.Now().Add(next))
+}
+
+// begin starts the lock's deadline timer and schedules its first renewal,
+// once the Redlock tracks it. The first renewal is due a third of the TTL
+// after the acquisition, but no later than half of what is left of the
+// validity: an acquisition that took most of the TTL (slow nodes, the fence
+// write-back) must renew before its deadline, not after it.
+func (l *Lock) begin() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.deadline = time.AfterFunc(time.Until(l.valid), l.atDeadline)
+	l.scheduleLocked(time.Now().Add(nextRenewal(l.ttl, l.valid)))
+}
+
+// atDeadline runs on the deadline timer: the lock ends unless a renewal or
+// Refresh moved the validity, and then the timer is set again.
+func (l *Lock) atDeadline() {
+	if left := l.expire(l.validityCause()); left > 0 {
+		l.mu.Lock()
+		if l.state == held {
+			l.deadline.Reset(left)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// scheduleLocked has the renewer renew l at next, if l is held and renewed
+// in the background. l.mu must be held (see lease.Renewer.mu).
+func (l *Lock) scheduleLocked(next time.Time) {
+	if l.renew && l.state == held {
+		l.r.renewer.Schedule(l, next)
+	}
+}
+
+// stopped takes an ended lock out of the renewer and stops its timer.
+func (l *Lock) stopped() {
+	l.r.renewer.Forget(l)
+	l.mu.Lock()
+	if l.deadline != nil {
+		l.deadline.Stop()
+	}
+	l.mu.Unlock()
 }
 
 // Release ends the lock's context (cause dlock.ErrReleased; a loss, and
@@ -439,11 +572,9 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	l.releaseMu.Lock()
 	defer l.releaseMu.Unlock()
 	// Renewal first: nothing may extend the lease once the lock is let go.
-	l.stopOnce.Do(func() { close(l.stop) })
-	<-l.done
-	// The validity may have run out with the watch gone before its
-	// deadline fired (its select took stop): that is the loss the deadline
-	// would have made, not a release of a valid lock.
+	l.r.renewer.Forget(l)
+	// The validity may have run out before its timer fired: that is the
+	// loss the deadline would have made, not a release of a valid lock.
 	l.endIfOver()
 	l.mu.Lock()
 	if l.state == released {
@@ -464,11 +595,12 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	fences := slices.Clone(l.fences)
 	valid := l.valid
 	l.mu.Unlock()
+	l.stopped()
 
 	// The context ends before any node is asked: the nodes that answer
 	// free the keys at once, and a second holder can take the lock on them
 	// while a node that stopped answering keeps the release waiting, for
-	// seconds, with the watch (and its deadline) already stopped.
+	// seconds, with renewal (and the deadline timer) already stopped.
 	// (TestReleaseEndsContextBeforeKeysAreFreed.)
 	l.cancel(cause)
 	t := l.releaseNodes(ctx, fences, valid)
@@ -656,7 +788,7 @@ func (l *Lock) expire(cause error) time.Duration {
 }
 
 // endIfOver ends the lock as lost if its validity has run out, for a
-// caller that must not wait for the watch's timer to fire.
+// caller that must not wait for the deadline timer to fire.
 func (l *Lock) endIfOver() {
 	l.mu.Lock()
 	over := l.state == held && !time.Now().Before(l.valid)
@@ -682,6 +814,7 @@ func (l *Lock) lost(reason dlock.Reason, cause error) {
 		o.OnLost(dlock.LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), Cause: cause})
 	}
 	l.cancel(cause)
+	l.stopped()
 	// A lost lock is no longer the Redlock's to release at Close. What it
 	// still holds is given up on every node, after the context ended, in
 	// the background: left to expire, the keys on the nodes that answered
@@ -713,74 +846,4 @@ func (l *Lock) lease() (time.Duration, time.Time) {
 // its validity, so that a renewal (and a retry) has time to land.
 func nextRenewal(ttl time.Duration, valid time.Time) time.Duration {
 	return max(min(ttl/3, time.Until(valid)/2), time.Millisecond)
-}
-
-// watch is the lock's goroutine, owned by the Redlock: it ends the lock
-// when its validity runs out, and renews it at a third of its TTL.
-//
-// The validity is enforced by its own timer, never by waiting for a
-// renewal: a renewal runs on a goroutine of its own, so a node that does
-// not answer cannot keep the lock's context alive past the validity.
-func (l *Lock) watch() {
-	defer close(l.done)
-	ttl, valid := l.lease()
-	deadline := time.NewTimer(time.Until(valid))
-	defer deadline.Stop()
-	// The first renewal is due a third of the TTL after the acquisition,
-	// but no later than half of what is left of the validity: an
-	// acquisition that took most of the TTL (slow nodes, the fence
-	// write-back) must renew before its deadline, not after it.
-	renew := time.NewTimer(nextRenewal(ttl, valid))
-	defer renew.Stop()
-	failures := 0
-	renewC := renew.C
-	if !l.renew {
-		renew.Stop()
-		renewC = nil
-	}
-	results := make(chan error, 1)
-	// A renewal still out when the lock ends is cancelled.
-	renewals, stopRenewals := context.WithCancel(l.ctx)
-	defer stopRenewals()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-l.ctx.Done():
-			return // lost: a Refresh found it gone
-		case <-deadline.C:
-			if left := l.expire(l.validityCause()); left > 0 {
-				deadline.Reset(left) // a renewal or Refresh moved it
-				continue
-			}
-			return
-		case <-renewC:
-			renewC = nil
-			ttl, valid := l.lease()
-			rctx, cancel := context.WithDeadline(renewals, valid)
-			if !l.r.start(func() {
-				defer cancel()
-				results <- l.renewOnce(rctx, ttl)
-			}) {
-				cancel() // Close has begun: it releases this lock
-			}
-		case err := <-results:
-			if errors.Is(err, dlock.ErrNotHeld) {
-				return // renewOnce has ended the lock, or it ended meanwhile
-			}
-			ttl, valid := l.lease()
-			next := nextRenewal(ttl, valid)
-			if err != nil {
-				// Retried with backoff, as the core retries (TTL/30
-				// doubling), well before the deadline: a retry due at the
-				// deadline itself comes too late to save the lock.
-				failures++
-				next = min(next, max(ttl/30, 5*time.Millisecond)<<min(failures-1, 4))
-			} else {
-				failures = 0
-			}
-			renew.Reset(next)
-			renewC = renew.C
-		}
-	}
 }

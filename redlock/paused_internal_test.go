@@ -14,9 +14,9 @@ import (
 
 // TestContextOfValidityOverIsEndedAtOnce: a holder that asks for the
 // lock's context after its validity ran out (its process stopped right after
-// Acquire returned, and the watch's timer has not fired yet) must find it
-// ended, not alive until the watch runs. The validity is moved into the
-// past here, the watch's timer left where it was: the state the holder
+// Acquire returned, and the deadline timer has not fired yet) must find it
+// ended, not alive until the timer fires. The validity is moved into the
+// past here, the timer left where it was: the state the holder
 // wakes up to when the scheduler runs it first.
 func TestContextOfValidityOverIsEndedAtOnce(t *testing.T) {
 	srvs := redistest.StartPrimaries(t, 3)

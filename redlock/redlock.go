@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -48,20 +49,26 @@ type Redlock struct {
 	mu     sync.Mutex
 	closed bool
 	held   map[*Lock]struct{} // locks not yet released, for Close
-	// wg counts every goroutine the Redlock starts: node attempts, the
-	// collection of their late replies, each lock's watch and renewals,
-	// and grants being given back. Close waits for it.
+	// wg counts the goroutines the Redlock starts besides the renewer's:
+	// node attempts, the collection of their late replies, re-takes,
+	// the nodes a release left to the background, and grants being given
+	// back. Close waits for it.
 	wg sync.WaitGroup
 	// tries counts the acquisition attempts under way on callers'
 	// goroutines: Close waits for them too, so that an attempt racing it
 	// has given back its grants (or released its lock) before Close
 	// returns and the process may exit.
 	tries sync.WaitGroup
+	// renewer renews every held lock, a lane per node (see
+	// lease.Renewer): no goroutine per lock.
+	renewer *lease.Renewer
 }
 
 // nodeClient is one of the independent primaries.
 type nodeClient struct {
-	rdb redis.Scripter
+	rdb  redis.Scripter
+	conn redis.Cmdable // the same client, for the renewals' pipelines
+	lane string        // the node's lane in the renewer
 	// sharded: a Cluster client, whose releases tell a waiting Client of
 	// the same keys on a shard channel (SPUBLISH), as that Client listens.
 	sharded bool
@@ -113,10 +120,10 @@ func New(rdbs []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	if cfg.err != nil {
 		return nil, &dlock.Error{Op: "new", Err: cfg.err}
 	}
-	r := &Redlock{quorum: len(rdbs)/2 + 1, cfg: cfg, held: map[*Lock]struct{}{}}
-	for _, rdb := range rdbs {
+	r := &Redlock{quorum: len(rdbs)/2 + 1, cfg: cfg, held: map[*Lock]struct{}{}, renewer: lease.NewRenewer()}
+	for i, rdb := range rdbs {
 		_, sharded := rdb.(*redis.ClusterClient)
-		r.nodes = append(r.nodes, nodeClient{rdb: rdb, sharded: sharded})
+		r.nodes = append(r.nodes, nodeClient{rdb: rdb, conn: rdb, lane: strconv.Itoa(i), sharded: sharded})
 	}
 	r.closing, r.stopClosing = context.WithCancel(context.Background())
 	return r, nil
@@ -176,6 +183,7 @@ func (r *Redlock) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	r.tries.Wait()
+	r.renewer.Close()
 	r.wg.Wait()
 	return errors.Join(errs...)
 }
@@ -205,7 +213,8 @@ func (r *Redlock) start(fn func()) bool {
 }
 
 // track records a new lock for Close, and reports false once Close has
-// begun: the caller releases the lock again.
+// begun: the caller releases the lock again. The caller then begins the
+// lock's deadline and renewal (Lock.begin).
 func (r *Redlock) track(l *Lock) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -213,7 +222,6 @@ func (r *Redlock) track(l *Lock) bool {
 		return false
 	}
 	r.held[l] = struct{}{}
-	r.wg.Go(l.watch)
 	return true
 }
 

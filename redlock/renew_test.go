@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -500,4 +502,53 @@ func TestStalledAtAcquireRetaken(t *testing.T) {
 		t.Errorf("lock lost after one clock jump, with node 2 free all along: %v", context.Cause(l.Context()))
 	case <-time.After(1500 * time.Millisecond):
 	}
+}
+
+// Held locks cost no goroutine each: the Redlock's renewer keeps them in one
+// heap and sends their renewals a pipeline per node, so 50 held locks, each
+// renewed several times, leave only a handful of the Redlock's goroutines
+// running (the renewal loop, and a lane's sender while its pipeline is
+// out), where a watch goroutine per lock made at least 50.
+func TestHeldLocksRunNoGoroutineEach(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	r := newRedlock(t, rdbs)
+	const n = 50
+	var locks []dlock.Lock
+	for i := range n {
+		l, err := r.TryAcquire(bg, "each-"+strconv.Itoa(i), dlock.WithTTL(600*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, l)
+	}
+	// Past three renewals of each (a third of the TTL apart): all still held.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		if g := redlockGoroutines(); g >= n {
+			t.Fatalf("%d goroutines of the Redlock's for %d held locks", g, n)
+		}
+	}
+	for _, l := range locks {
+		if err := l.Context().Err(); err != nil {
+			t.Fatalf("%s ended while renewed: %v", l.Name(), context.Cause(l.Context()))
+		}
+	}
+	t.Logf("%d goroutines of the Redlock's for %d held locks", redlockGoroutines(), n)
+}
+
+// redlockGoroutines counts the goroutines running code of redlock or of the
+// lease engine.
+func redlockGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "dlock/redlock.") || strings.Contains(g, "dlock/internal/lease.") {
+			if !strings.Contains(g, "redlock_test.TestHeldLocksRunNoGoroutineEach") {
+				count++
+			}
+		}
+	}
+	return count
 }

@@ -78,6 +78,11 @@ type Renewer struct {
 	closed  bool
 	wg      sync.WaitGroup // the loop and the lanes' senders
 	stop    chan struct{}
+	// closing ends the pipelines out at Close: whatever go-redis does with
+	// a cancelled context (it waits for a pooled connection, or dials,
+	// only as long as the context lives) does not outlast Close.
+	closing context.Context
+	cancel  context.CancelFunc
 }
 
 // entry is the Renewer's bookkeeping of one holder, under Renewer.mu.
@@ -114,7 +119,9 @@ const (
 // NewRenewer returns a Renewer with nothing to renew; it starts its loop
 // when the first holder is scheduled.
 func NewRenewer() *Renewer {
-	return &Renewer{entries: map[Holder]*entry{}, lanes: map[string]*lane{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	r := &Renewer{entries: map[Holder]*entry{}, lanes: map[string]*lane{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	r.closing, r.cancel = context.WithCancel(context.Background())
+	return r
 }
 
 // Schedule has h renewed at next. The caller holds h's own mutex and has
@@ -171,14 +178,16 @@ func (r *Renewer) Scheduled() int {
 	return len(r.entries)
 }
 
-// Close stops the loop and waits for it and for the pipelines out. A
-// pipeline to a node that hangs runs until the latest lease deadline of its
-// calls.
+// Close stops the loop, cancels the pipelines out and waits for them. A
+// pipeline already reading from a node that hangs may run until the latest
+// lease deadline of its calls: go-redis' reads keep to a deadline
+// (ContextTimeoutEnabled), not to a cancellation.
 func (r *Renewer) Close() {
 	r.mu.Lock()
 	if !r.closed {
 		r.closed = true
 		close(r.stop)
+		r.cancel()
 	}
 	r.mu.Unlock()
 	r.wg.Wait()
@@ -314,13 +323,13 @@ func (r *Renewer) drain(name string, ln *lane) {
 		batch := ln.queue[:n:n]
 		ln.queue = ln.queue[n:]
 		r.mu.Unlock()
-		sendLane(batch)
+		sendLane(r.closing, batch)
 	}
 }
 
 // sendLane sends batch, the calls of one node, in one pipeline bounded by
 // their latest deadline, and answers each call.
-func sendLane(batch []job) {
+func sendLane(closing context.Context, batch []job) {
 	calls := make([]node.Call, len(batch))
 	var bound time.Time
 	for i, j := range batch {
@@ -329,7 +338,7 @@ func sendLane(batch []job) {
 			bound = j.part.Bound
 		}
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), bound)
+	ctx, cancel := context.WithDeadline(closing, bound)
 	defer cancel()
 	replies := node.Pipeline(ctx, batch[0].part.Conn, calls, nil)
 	for i, j := range batch {
