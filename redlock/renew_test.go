@@ -60,9 +60,7 @@ func (h *failRefresh) DialHook(next redis.DialHook) redis.DialHook { return next
 
 func (h *failRefresh) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		a := cmd.Args()
-		if h.on.Load() && len(a) > 2 && (a[0] == "evalsha" || a[0] == "eval") && fmt.Sprint(a[2]) == "1" {
-			h.failed.Add(1)
+		if h.fails(cmd) {
 			err := errors.New("injected: refresh failed")
 			cmd.SetErr(err)
 			return err
@@ -71,8 +69,51 @@ func (h *failRefresh) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// ProcessPipelineHook fails the refreshes of a pipeline too: background
+// renewals go in one (a pipeline per node lane).
 func (h *failRefresh) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return failInPipeline(ctx, next, cmds, h.fails, errors.New("injected: refresh failed"))
+	}
+}
+
+func (h *failRefresh) fails(cmd redis.Cmder) bool {
+	if h.on.Load() && isRefresh(cmd) {
+		h.failed.Add(1)
+		return true
+	}
+	return false
+}
+
+// isRefresh reports whether cmd runs the refresh script (a script call with
+// one key).
+func isRefresh(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	return len(a) > 2 && (a[0] == "evalsha" || a[0] == "eval") && fmt.Sprint(a[2]) == "1"
+}
+
+// failInPipeline answers the commands of a pipeline that match with err,
+// unsent, and sends the rest: a hook's fault reaches calls sent in a
+// pipeline as it reaches those sent alone.
+func failInPipeline(ctx context.Context, next redis.ProcessPipelineHook, cmds []redis.Cmder, match func(redis.Cmder) bool, err error) error {
+	var rest []redis.Cmder
+	for _, cmd := range cmds {
+		if match(cmd) {
+			cmd.SetErr(err)
+		} else {
+			rest = append(rest, cmd)
+		}
+	}
+	if len(rest) == 0 {
+		return err
+	}
+	if e := next(ctx, rest); e != nil {
+		return e
+	}
+	if len(rest) < len(cmds) {
+		return err
+	}
+	return nil
 }
 
 // TestRenewalRetriesSoon (issue 17, item 6): renewals fail on two nodes of
@@ -157,14 +198,30 @@ type failRefreshUntil struct {
 
 func (h *failRefreshUntil) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) == 6 && (a[0] == "evalsha" || a[0] == "eval") && fmt.Sprint(a[2]) == "1" && time.Now().Before(h.until) {
-			h.n.Add(1)
+		if h.fails(cmd) {
 			err := errors.New("injected: node briefly unreachable")
 			cmd.SetErr(err)
 			return err
 		}
 		return next(ctx, cmd)
 	}
+}
+
+// ProcessPipelineHook refuses the refreshes of a pipeline too (background
+// renewals go in one), and counts only those, not every pipeline as the
+// embedded counter would.
+func (h *failRefreshUntil) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return failInPipeline(ctx, next, cmds, h.fails, errors.New("injected: node briefly unreachable"))
+	}
+}
+
+func (h *failRefreshUntil) fails(cmd redis.Cmder) bool {
+	if len(cmd.Args()) == 6 && isRefresh(cmd) && time.Now().Before(h.until) {
+		h.n.Add(1)
+		return true
+	}
+	return false
 }
 
 // TestFailedRenewalRetriedBeforeValidityEnds: two of three nodes refuse

@@ -248,3 +248,49 @@ func scriptVars(t *testing.T, path string) []string {
 	slices.Sort(names)
 	return names
 }
+
+// TestDesignDocNamesLiveTests checks that every test file the design
+// document names (`name_test.go`, relative to the repository root, to
+// internal/ or to one of its packages) exists, and that every test it names
+// (TestXxx) is defined in some test file of the repository: a test renamed
+// or moved fails here until the page follows it.
+func TestDesignDocNamesLiveTests(t *testing.T) {
+	doc := readDoc(t)
+	root := "../.."
+	var files []string
+	defined := map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if strings.HasSuffix(path, "_test.go") {
+			rel, _ := filepath.Rel(root, path)
+			files = append(files, filepath.ToSlash(rel))
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range regexp.MustCompile(`(?m)^func (Test\w+)\(`).FindAllStringSubmatch(string(src), -1) {
+				defined[m[1]] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile("`([\\w/]+_test\\.go)`").FindAllStringSubmatch(doc, -1) {
+		name := m[1]
+		if !slices.ContainsFunc(files, func(f string) bool { return f == name || strings.HasSuffix(f, "/"+name) }) {
+			t.Errorf("%s names %s, which no longer exists", designDoc, name)
+		}
+	}
+	for _, m := range regexp.MustCompile(`\b(Test[A-Z]\w+)`).FindAllStringSubmatch(doc, -1) {
+		if !defined[m[1]] {
+			t.Errorf("%s names %s, which no test file defines", designDoc, m[1])
+		}
+	}
+}
