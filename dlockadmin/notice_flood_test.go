@@ -10,11 +10,11 @@ import (
 	"github.com/dlock-go/dlock/dlockadmin"
 )
 
-// Anyone who can reach POST /unlock, without the admin token, stores a
-// notice: 256 such posts (one curl loop) push an operator's result out of
-// the store before the redirect or a reload shows it. Refusals before
-// authentication carry fixed text and need no server-side slot.
-func TestReviewUnauthenticatedPostsEvictOperatorNotice(t *testing.T) {
+// Posts to /unlock without the admin token store no notice: 256 of them
+// (one curl loop) do not push an operator's result out of the store before
+// the redirect or a reload shows it. Refusals before authentication carry
+// fixed text and need no server-side slot.
+func TestUnauthenticatedPostsDoNotEvictOperatorNotice(t *testing.T) {
 	e := setup(t, dlockadmin.WithForceUnlock(adminSecret))
 	l := acquire(t, e.c, "job:evict")
 	noFollow := *e.ts.Client()

@@ -65,10 +65,9 @@ func (p *peeked) Read(b []byte) (int, error) { return p.r.Read(b) }
 // A certificate that does not verify is a certificate error, said at once:
 // not "no TLS answer within ..., a plaintext port or a slow link?", and
 // never "drop --tls" because something on the port then answered PING in
-// clear. hcancel() runs before hctx.Err() is looked at, so every handshake
-// error that is not a RecordHeaderError takes the timeout branch and sends
-// the plaintext probe.
-func TestReviewTLSCertErrorIsNotAMismatch(t *testing.T) {
+// clear: a handshake error that is not a RecordHeaderError must not be
+// taken for the handshake's timeout, which sends the plaintext probe.
+func TestTLSCertErrorIsNotAMismatch(t *testing.T) {
 	cert, key := selfSigned(t, t.TempDir())
 	for _, tc := range []struct {
 		name        string

@@ -16,7 +16,7 @@ import (
 // path releases it, but only if dlock lives to see the EPIPE. Go kills a
 // program with SIGPIPE on a write to a broken pipe on fd 1 or 2 unless it
 // has called signal.Notify for SIGPIPE.
-func TestReviewLockBrokenStdoutReleases(t *testing.T) {
+func TestLockBrokenStdoutReleases(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	r, w, err := os.Pipe()
