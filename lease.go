@@ -142,6 +142,6 @@ func (l *redisLock) end(to lockState, reason Reason, cause error) {
 	if cancel != nil {
 		cancel(first)
 	}
-	l.c.renewer.Forget(l)
+	l.c.renewer.Forget(&l.entry)
 	l.c.untrack(l)
 }

@@ -60,6 +60,7 @@ type redisLock struct {
 	holdDone bool        // renewal stopped at the hold limit
 	// renewFailures counts the renewals in a row that got no answer.
 	renewFailures int
+	entry         lease.Entry // the lock's place in the renewer
 	// releasing: a Release is under way. A renewal or Refresh that finds the
 	// lock gone then saw our own release, not a loss.
 	releasing bool
@@ -254,7 +255,7 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	if l.is(released) {
 		return opError("release", l.name, ErrNotHeld)
 	}
-	l.c.renewer.Forget(l)
+	l.c.renewer.Forget(&l.entry)
 	l.setReleasing(true)
 	res, err := l.c.releaseWith(ctx, l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL, MinHold: l.minHold})
 	if err != nil {

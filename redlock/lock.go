@@ -56,7 +56,8 @@ type Lock struct {
 	// timer, never by waiting for a renewal, so a node that does not
 	// answer cannot keep the lock's context alive past it.
 	deadline *time.Timer
-	failures int // renewals in a row that did not reach a quorum
+	failures int         // renewals in a row that did not reach a quorum
+	entry    lease.Entry // the lock's place in the Redlock's renewer
 }
 
 type state int
@@ -524,13 +525,13 @@ func (l *Lock) atDeadline() {
 // in the background. l.mu must be held (see lease.Renewer.mu).
 func (l *Lock) scheduleLocked(next time.Time) {
 	if l.renew && l.state == held {
-		l.r.renewer.Schedule(l, next)
+		l.r.renewer.Schedule(&l.entry, l, next)
 	}
 }
 
 // stopped takes an ended lock out of the renewer and stops its timer.
 func (l *Lock) stopped() {
-	l.r.renewer.Forget(l)
+	l.r.renewer.Forget(&l.entry)
 	l.mu.Lock()
 	if l.deadline != nil {
 		l.deadline.Stop()
@@ -572,7 +573,7 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	l.releaseMu.Lock()
 	defer l.releaseMu.Unlock()
 	// Renewal first: nothing may extend the lease once the lock is let go.
-	l.r.renewer.Forget(l)
+	l.r.renewer.Forget(&l.entry)
 	// The validity may have run out before its timer fired: that is the
 	// loss the deadline would have made, not a release of a valid lock.
 	l.endIfOver()
