@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -68,20 +67,22 @@ func (c *Client) List(ctx context.Context, match string, limit int) ([]LockInfo,
 	if match == "" {
 		match = "*"
 	}
-	pattern := c.cfg.prefix + "{" + match + "}"
+	// The glob stands in for the name: the patterns of the lock hashes and
+	// of the semaphores' permits.
+	pattern := node.KeysOf(c.cfg.prefix, match)
 	var names, sems []string
 	seen := map[string]bool{}
-	scan := func(ctx context.Context, node redis.UniversalClient) error {
+	scan := func(ctx context.Context, primary redis.UniversalClient) error {
 		if limit > 0 && len(names)+len(sems) >= limit {
 			// The primaries of a Cluster take turns: one whose turn
 			// comes after the limit was reached adds nothing (each
 			// added its first lock: List(limit 1) gave 3 on 3 primaries).
 			return errEnough
 		}
-		it := node.ScanType(ctx, 0, pattern, 1000, "hash").Iterator()
+		it := primary.ScanType(ctx, 0, pattern.Lock, 1000, "hash").Iterator()
 		for it.Next(ctx) {
-			name, ok := c.nameOf(it.Val())
-			if ok && !seen[name] {
+			name, kind := c.parseKey(it.Val())
+			if kind == node.KeyLock && !seen[name] {
 				seen[name] = true
 				names = append(names, name)
 			}
@@ -93,11 +94,10 @@ func (c *Client) List(ctx context.Context, match string, limit int) ([]LockInfo,
 			return err
 		}
 		// Semaphores: their permits zset, apart from the lock hashes.
-		it = node.ScanType(ctx, 0, pattern+":sem", 1000, "zset").Iterator()
+		it = primary.ScanType(ctx, 0, pattern.Sem().Permits, 1000, "zset").Iterator()
 		for it.Next(ctx) {
-			lock, _ := strings.CutSuffix(it.Val(), ":sem")
-			name, ok := c.nameOf(lock)
-			if ok && !seen["\x00"+name] {
+			name, kind := c.parseKey(it.Val())
+			if kind == node.KeySem && !seen["\x00"+name] {
 				seen["\x00"+name] = true
 				sems = append(sems, name)
 			}
@@ -144,14 +144,9 @@ func (c *Client) List(ctx context.Context, match string, limit int) ([]LockInfo,
 
 var errEnough = errors.New("enough")
 
-// nameOf returns the lock name of a lock key, or false for other keys.
-func (c *Client) nameOf(key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, c.cfg.prefix+"{")
-	if !ok || !strings.HasSuffix(rest, "}") {
-		return "", false
-	}
-	return rest[:len(rest)-1], true
-}
+// parseKey tells which lock's key, under the client's prefix, key is and
+// which of its keys (node.ParseKey).
+func (c *Client) parseKey(key string) (string, node.KeyKind) { return node.ParseKey(c.cfg.prefix, key) }
 
 // Inspect returns what Redis holds for the lock name, or ErrNotHeld.
 func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 // ScanOptions bound a Client.Scan.
@@ -77,7 +78,7 @@ func (c *Client) Scan(ctx context.Context, opts ScanOptions, fn func([]LockInfo)
 	if err != nil {
 		return ScanStats{}, opError("scan", "", redisError(err))
 	}
-	w := scanWalk{c: c, ctx: ctx, opts: opts, fn: fn, pattern: c.cfg.prefix + "{" + match + "}*", seen: map[string]bool{}}
+	w := scanWalk{c: c, ctx: ctx, opts: opts, fn: fn, pattern: node.Match(c.cfg.prefix, match), seen: map[string]bool{}}
 	w.st.Now = now
 	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
 		// ForEachMaster calls fn on all primaries at once; mu makes the
@@ -127,7 +128,7 @@ type scanWalk struct {
 
 // node walks one primary until its keyspace ends or the budget does
 // (errEnough).
-func (w *scanWalk) node(node redis.UniversalClient) error {
+func (w *scanWalk) node(primary redis.UniversalClient) error {
 	var cursor uint64
 	for {
 		// go-redis does not always stop on a deadline (it keeps its own
@@ -145,7 +146,7 @@ func (w *scanWalk) node(node redis.UniversalClient) error {
 			}
 			count = min(count, left)
 		}
-		keys, next, err := node.Scan(w.ctx, cursor, w.pattern, int64(count)).Result()
+		keys, next, err := primary.Scan(w.ctx, cursor, w.pattern, int64(count)).Result()
 		if err != nil {
 			return err
 		}
@@ -157,12 +158,11 @@ func (w *scanWalk) node(node redis.UniversalClient) error {
 				continue
 			}
 			w.seen[key] = true
-			if name, ok := w.c.nameOf(key); ok {
+			switch name, kind := w.c.parseKey(key); kind {
+			case node.KeyLock:
 				w.names = append(w.names, name)
-			} else if lock, ok := strings.CutSuffix(key, ":sem"); ok {
-				if name, ok := w.c.nameOf(lock); ok {
-					w.sems = append(w.sems, name)
-				}
+			case node.KeySem:
+				w.sems = append(w.sems, name)
 			}
 		}
 		if len(w.names)+len(w.sems) >= 200 {

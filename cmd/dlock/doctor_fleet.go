@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 // sentinelClient returns a client for one Sentinel, with the connection's
@@ -213,20 +215,20 @@ func (d *doctorRun) checkLocks(nodes []dataNode) {
 		var cursor uint64
 		looked := 0
 		for {
-			keys, next, err := n.rdb.Scan(d.ctx, cursor, prefix+"{*", 1000).Result()
+			keys, next, err := n.rdb.Scan(d.ctx, cursor, node.Match(prefix, "*"), 1000).Result()
 			if err != nil {
 				d.add("locks", statusWarn, n.addr, "cannot SCAN: "+err.Error(), "")
 				return
 			}
 			for _, k := range keys {
-				switch {
-				case strings.HasSuffix(k, "}"):
+				switch _, kind := node.ParseKey(prefix, k); kind {
+				case node.KeyLock:
 					held++
-				case strings.HasSuffix(k, "}:sem"):
+				case node.KeySem:
 					sems++
-				case strings.HasSuffix(k, "}:q"):
+				case node.KeyQueue:
 					queues++
-				case strings.HasSuffix(k, "}:fence"):
+				case node.KeyFence:
 					fences++
 				}
 			}

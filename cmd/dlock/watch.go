@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 const watchLong = `Follow who holds the lock NAME and who waits for it: one line each time
@@ -142,7 +143,7 @@ func keyspaceChanges(ctx context.Context, rdb redis.UniversalClient, prefix, nam
 	// where its notifications are sent; not for a name with glob
 	// characters, whose escaped tag hashes elsewhere: the interval alone
 	// then. Any database: a few extra polls at most.
-	ps := rdb.PSubscribe(ctx, "__keyspace@*__:"+globEscape(prefix+"{"+name+"}")+"*")
+	ps := rdb.PSubscribe(ctx, "__keyspace@*__:"+globEscape(node.KeysOf(prefix, name).Lock)+"*")
 	changed := make(chan struct{}, 1)
 	done := make(chan struct{})
 	go func() {

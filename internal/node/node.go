@@ -72,6 +72,86 @@ func KeysOf(prefix, name string) Keys {
 	return k
 }
 
+// KeyKind tells which of a lock's keys a key is (ParseKey).
+type KeyKind uint8
+
+// The kinds of key ParseKey tells apart: one per key of Keys and SemKeys.
+// The hand-off channels (Keys.Handoff) are not keys: SCAN never returns
+// them.
+const (
+	KeyNone     KeyKind = iota // not a key of a lock under the prefix
+	KeyLock                    // Keys.Lock, the lock's hash: prefix{name}
+	KeyFence                   // Keys.Fence
+	KeyQueue                   // Keys.Queue
+	KeyQData                   // Keys.QData
+	KeyRecord                  // Keys.Record + a token: a release record
+	KeySem                     // SemKeys.Permits
+	KeySemData                 // SemKeys.Data
+	KeySemQueue                // SemKeys.Queue
+	KeySemQData                // SemKeys.QData
+)
+
+var keyKindNames = [...]string{KeyNone: "none", KeyLock: "lock", KeyFence: "fence", KeyQueue: "queue",
+	KeyQData: "queue data", KeyRecord: "record", KeySem: "sem", KeySemData: "sem data",
+	KeySemQueue: "sem queue", KeySemQData: "sem queue data"}
+
+func (k KeyKind) String() string {
+	if int(k) < len(keyKindNames) {
+		return keyKindNames[k]
+	}
+	return fmt.Sprintf("KeyKind(%d)", uint8(k))
+}
+
+// ParseKey is the inverse of KeysOf and Keys.Sem, for keys found by SCAN:
+// it tells the name of the lock under prefix that key belongs to, and which
+// of its keys it is; KeyNone (and no name) for any other key.
+//
+// A name may hold '{', '}' and the suffixes themselves ("x:q" is a name);
+// the suffixes and tokens hold no '}', so what follows the key's last '}'
+// is the suffix, and what lies between prefix{ and that '}' is the name.
+// (A release record of a token with a '}', which no Client makes, is not
+// told apart.)
+func ParseKey(prefix, key string) (name string, kind KeyKind) {
+	if len(key) <= len(prefix) || key[:len(prefix)] != prefix || key[len(prefix)] != '{' {
+		return "", KeyNone
+	}
+	rest := key[len(prefix)+1:]
+	end := strings.LastIndexByte(rest, '}')
+	if end < 0 {
+		return "", KeyNone
+	}
+	name, suffix := rest[:end], rest[end+1:]
+	switch suffix {
+	case "":
+		return name, KeyLock
+	case sufFence:
+		return name, KeyFence
+	case sufQueue:
+		return name, KeyQueue
+	case sufQData:
+		return name, KeyQData
+	case sufSem:
+		return name, KeySem
+	case sufSemData:
+		return name, KeySemData
+	case sufSemQueue:
+		return name, KeySemQueue
+	case sufSemQData:
+		return name, KeySemQData
+	}
+	if token, ok := strings.CutPrefix(suffix, sufRecord); ok && token != "" {
+		return name, KeyRecord
+	}
+	return "", KeyNone
+}
+
+// Match returns the SCAN pattern of every key of the locks under prefix
+// whose names match the glob pattern glob: a key starts with the lock's
+// hash, and the glob stands in for the name (so KeysOf(prefix, glob).Lock
+// and .Sem().Permits are the patterns of one kind of key). The prefix is
+// not escaped: callers check what SCAN returns with ParseKey.
+func Match(prefix, glob string) string { return KeysOf(prefix, glob).Lock + "*" }
+
 // SharedPrefix starts the token of every shared (read) acquisition. Real
 // tokens are otherwise lowercase hex, so no exclusive token starts with it,
 // and the calls below pick a reader's scripts by its token alone.

@@ -38,13 +38,6 @@ func (k Keys) Sem() SemKeys {
 	return SemKeys{Permits: k.Lock + sufSem, Data: k.Lock + sufSemData, Queue: k.Lock + sufSemQueue, QData: k.Lock + sufSemQData}
 }
 
-// IsSemKey reports whether key, under the hash tag, is a name's permits
-// zset, and returns the name's lock key.
-func IsSemKey(key string) (lock string, ok bool) {
-	lock, ok = strings.CutSuffix(key, sufSem)
-	return lock, ok && strings.HasSuffix(lock, "}")
-}
-
 func semAcquire(k Keys, token string, a AcquireArgs) Call {
 	s := k.Sem()
 	return mkCall(scripts.SemAcquire, 7, s.Permits, s.Data, k.Fence, s.Queue, s.QData, k.Record+token, k.Lock,

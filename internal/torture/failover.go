@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/node"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -176,7 +177,7 @@ func (r *run) failoverSentinel(ctx context.Context) (f Fault, err error) {
 func (r *run) failoverCluster(ctx context.Context) (Fault, error) {
 	cs := r.env.Cluster
 	name := "n" + strconv.Itoa(r.rng.IntN(max(r.sc.Names, 1)))
-	key := r.env.Prefix + "{" + name + "}"
+	key := node.KeysOf(r.env.Prefix, name).Lock
 	primary, replicaAddrs, slot, err := slotOwner(ctx, cs, key)
 	if err != nil {
 		return Fault{}, err
@@ -215,7 +216,7 @@ func (r *run) failoverCluster(ctx context.Context) (Fault, error) {
 			names = append(names, n)
 			continue
 		}
-		if p, _, _, err := slotOwner(ctx, cs, r.env.Prefix+"{"+n+"}"); err == nil && (p == primary || p == promoted) {
+		if p, _, _, err := slotOwner(ctx, cs, node.KeysOf(r.env.Prefix, n).Lock); err == nil && (p == primary || p == promoted) {
 			names = append(names, n)
 		}
 	}

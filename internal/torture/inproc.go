@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/node"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -128,10 +129,11 @@ func RunInProcess(ctx context.Context, addr, resAddr string, seed uint64, d time
 	if opts.NoFaults {
 		rates = FaultRates{}
 	}
+	lockPrefix := opts.Prefix + "lock:" // the dlock clients'
 	injectors := make([]*injector, opts.Workers)
 	rdbs := make([]*redis.Client, opts.Workers)
 	for i := range rdbs {
-		in := &injector{worker: i, ttl: opts.TTL, rates: rates, rec: r.rec, ot: r.ot,
+		in := &injector{worker: i, prefix: lockPrefix, ttl: opts.TTL, rates: rates, rec: r.rec, ot: r.ot,
 			rng:    rand.New(rand.NewPCG(seed, uint64(i)<<8|1)),
 			subRNG: rand.New(rand.NewPCG(seed, uint64(i)<<8|2))}
 		injectors[i] = in
@@ -158,7 +160,7 @@ func RunInProcess(ctx context.Context, addr, resAddr string, seed uint64, d time
 	clients := make([]*dlock.Client, opts.Workers)
 	for i := range clients {
 		if !opts.Naive {
-			clients[i] = dlock.MustNew(rdbs[i], dlock.WithPrefix(opts.Prefix+"lock:"),
+			clients[i] = dlock.MustNew(rdbs[i], dlock.WithPrefix(lockPrefix),
 				dlock.WithReleaseTimeout(time.Second), dlock.WithOwner(fmt.Sprintf("torture-w%d", i)))
 		}
 		for g := range max(opts.PerClient, 1) {
@@ -471,6 +473,7 @@ func (r *inproc) naiveAcquire(ctx context.Context, rdb *redis.Client, i, seq int
 // run's seed and the worker's index.
 type injector struct {
 	worker int
+	prefix string // the dlock clients' key prefix, to read lock names by
 	ttl    time.Duration
 	rates  FaultRates
 	rec    *histRecorder
@@ -564,7 +567,7 @@ func (in *injector) run(ctx context.Context, cmds []redis.Cmder, send func(conte
 	if p.kind == "" {
 		return send(ctx, cmds)
 	}
-	f := Fault{Kind: p.kind, Worker: in.worker, Name: lockName(cmds), From: Now(), Note: describe(cmds)}
+	f := Fault{Kind: p.kind, Worker: in.worker, Name: lockName(in.prefix, cmds), From: Now(), Note: describe(cmds)}
 	var err error
 	switch p.kind {
 	case FaultDelay, FaultReorder:
@@ -703,18 +706,17 @@ func describe(cmds []redis.Cmder) string {
 	return fmt.Sprintf("pipeline of %d %s", len(cmds), scriptName(cmds[0]))
 }
 
-// lockName reads the lock's name from the first key's hash tag.
-func lockName(cmds []redis.Cmder) string {
+// lockName reads the lock's name from the first key of a lock's under
+// prefix (a script's first key is a lock hash or a semaphore's permits).
+func lockName(prefix string, cmds []redis.Cmder) string {
 	for _, c := range cmds {
 		a := c.Args()
 		if len(a) < 4 {
 			continue
 		}
 		k, _ := a[3].(string)
-		if i := strings.IndexByte(k, '{'); i >= 0 {
-			if j := strings.IndexByte(k[i:], '}'); j > 0 {
-				return k[i+1 : i+j]
-			}
+		if name, kind := node.ParseKey(prefix, k); kind != node.KeyNone {
+			return name
 		}
 	}
 	return ""

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/election"
+	"github.com/dlock-go/dlock/internal/node"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -151,7 +152,10 @@ func (h *naiveHold) Fence() int64             { return h.fence }
 func (h *naiveHold) Context() context.Context { return context.Background() }
 
 func (n *naive) Acquire(ctx context.Context, name string) (held, error) {
-	key := n.prefix + "{" + name + "}"
+	// dlock's lock key and fence counter of the name: in its slot, so the
+	// faults aimed at the name's lock hit a naive lock too.
+	k := node.KeysOf(n.prefix, name)
+	key := k.Lock
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	token := hex.EncodeToString(b)
@@ -164,7 +168,7 @@ func (n *naive) Acquire(ctx context.Context, name string) (held, error) {
 		if n.kind == LockSetnxExpire {
 			script, args = naiveSetnx, []any{token}
 		}
-		fence, err := script.Run(ctx, n.rdb, []string{key, key + ":fence"}, args...).Int64()
+		fence, err := script.Run(ctx, n.rdb, []string{key, k.Fence}, args...).Int64()
 		if err != nil {
 			return nil, err
 		}

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 // FaultMigrate moves the slot of a lock name in use to another Cluster
@@ -69,7 +70,7 @@ func (r *run) migrate(ctx context.Context) error {
 	if name == "" { // released already: its neighbour is as contended
 		name = "n" + strconv.Itoa(r.rng.IntN(max(r.sc.Names, 1)))
 	}
-	key := r.env.Prefix + "{" + name + "}"
+	key := node.KeysOf(r.env.Prefix, name).Lock
 	slot, err := cs.KeySlot(ctx, key)
 	if err != nil {
 		return fmt.Errorf("torture: %s: %w", FaultMigrate, err)
@@ -112,7 +113,10 @@ func (r *run) moveSlot(ctx context.Context, slot int, to string) (int, time.Dura
 	defer m.Close()
 	if loseLocks.Load() {
 		// Lock hashes only: prefix{name}, without a suffix.
-		m.Lose = func(key string) bool { return strings.HasSuffix(key, "}") }
+		m.Lose = func(key string) bool {
+			_, kind := node.ParseKey(r.env.Prefix, key)
+			return kind == node.KeyLock
+		}
 	}
 	sleepCtx(ctx, time.Duration(r.rng.Int64N(int64(50*time.Millisecond))))
 	if err := m.MoveKeys(ctx); err != nil {

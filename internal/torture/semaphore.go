@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 // LockSemRacy is a broken semaphore for the checker to catch: it counts the
@@ -77,7 +78,7 @@ func (h *semRacyHold) Release(ctx context.Context) error {
 }
 
 func (s *semRacy) Acquire(ctx context.Context, name string) (held, error) {
-	key := s.prefix + "{" + name + "}:racy"
+	key := node.KeysOf(s.prefix, name).Lock + ":racy" // in the slot of the name's lock
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	token := hex.EncodeToString(b)
