@@ -2,6 +2,9 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +13,32 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/faultproxy"
 )
+
+// heldReply holds the replies of acquisitions (a script call with five keys)
+// while armed, until released.
+type heldReply struct {
+	armed atomic.Bool
+	open  chan struct{}
+	once  sync.Once
+}
+
+func (h *heldReply) release() { h.once.Do(func() { close(h.open) }) }
+
+func (h *heldReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *heldReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if a := cmd.Args(); h.armed.Load() && len(a) > 2 && (a[0] == "evalsha" || a[0] == "eval") && fmt.Sprint(a[2]) == "5" {
+			<-h.open
+		}
+		return err
+	}
+}
+
+func (h *heldReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
 
 // A grant whose reply was lost is given back for as long as it could hold
 // the node (its TTL), as the core gives its grants back: an outage of 4 s
@@ -37,36 +66,39 @@ func TestGiveBackOutlivesLongOutage(t *testing.T) {
 	c2 := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
 		Protocol: 2, DisableIdentity: true})
 	t.Cleanup(func() { _ = c2.Close() })
-	// Nodes 0 and 1 answer late, so that the attempt has run on node 2
-	// before the verdict gives its token up there.
+	// Nodes 0 and 1 answer only once the test has seen node 2 grant and
+	// cut it off, so that the verdict's give-up there fails too.
+	gate := &heldReply{open: make(chan struct{})}
 	clients := []redis.UniversalClient{nil, nil, c2}
-	var late []*lateReply
 	for i := range 2 {
-		l := &lateReply{d: 300 * time.Millisecond}
 		c := redis.NewClient(&redis.Options{Addr: srvs[i].Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 		t.Cleanup(func() { _ = c.Close() })
-		c.AddHook(l)
-		late, clients[i] = append(late, l), c
+		c.AddHook(gate)
+		clients[i] = c
 	}
 	contender := newRedlock(t, clients)
+	t.Cleanup(gate.release) // before the Redlock's Close, which waits for the attempt
 	warmUp(t, contender)
+	// The warm-up's release of node 2 goes on after Release returned (at a
+	// quorum): no call may be out there when its replies start to be
+	// dropped, or its connection waits out the release timeout and the
+	// attempt below waits for a connection.
+	waitFor(t, "node 2's connections to be idle", func() bool {
+		st := c2.PoolStats()
+		return st.IdleConns > 0 && st.IdleConns == st.TotalConns
+	})
 
 	key := "dlock:{outage}"
 	proxy.BlackholeDownstream() // node 2 runs the attempt, its reply is lost
-	for _, l := range late {
-		l.armed.Store(true)
-	}
+	gate.armed.Store(true)
 	failed := make(chan error, 1)
 	go func() {
-		// The caller's deadline ends the attempt on node 2 at once: its
-		// give-back starts then, not at go-redis' read timeout.
-		ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
-		defer cancel()
-		_, err := contender.TryAcquire(ctx, "outage", dlock.WithTTL(10*time.Second))
+		_, err := contender.TryAcquire(bg, "outage", dlock.WithTTL(10*time.Second))
 		failed <- err
 	}()
 	waitFor(t, "node 2 to grant the contender", func() bool { return rdbs[2].Exists(bg, key).Val() == 1 })
 	proxy.Reset() // every connection is reset now: each give-back fails, again and again
+	gate.release()
 	if err := <-failed; err == nil {
 		t.Fatal("acquired a lock held on two of three nodes")
 	}
