@@ -25,14 +25,14 @@ func renewAt(leased time.Time, ttl time.Duration) time.Time {
 // node that serves its key, bounded by its deadline. It sends nothing for a
 // lock that has ended, has reached its hold limit, or whose deadline has
 // passed (the deadline timer is ending it; renewing now could revive a
-// lease already given up).
+// lease already given up); renewal.Call looks again when the call leaves.
 func (l *redisLock) Renewal(now time.Time) ([]lease.Part, lease.Round, bool) {
 	l.mu.Lock()
 	if l.state != held {
 		l.mu.Unlock()
 		return nil, nil, false
 	}
-	ttl, ok, last := l.capAtHold(now, l.ttl)
+	_, ok, _ := l.capAtHold(now, l.ttl)
 	deadline := l.until
 	l.mu.Unlock()
 	if !ok || now.After(deadline) {
@@ -42,16 +42,33 @@ func (l *redisLock) Renewal(now time.Time) ([]lease.Part, lease.Round, bool) {
 	// The round and its part come from a pool: 100,000 held locks renew
 	// every third of a TTL, and a round is done with at its one Answer.
 	r := renewals.Get().(*renewal)
-	r.l, r.ttl, r.last = l, ttl, last
-	r.part[0] = lease.Part{Lane: lease.LaneOf(context.Background(), rdb, l.keys.Lock), Conn: rdb,
-		Call: node.Refresh(l.keys, l.token, ttl), Bound: deadline}
+	r.l = l
+	r.part[0] = lease.Part{Lane: lease.LaneOf(context.Background(), rdb, l.keys.Lock), Conn: rdb, Bound: deadline}
 	return r.part[:], r, true
+}
+
+// Call makes the refresh at now, when it leaves: its lease is cut to the
+// hold limit as of now, not as of when the renewal was due (it may have
+// waited in its lane behind another pipeline to the node).
+func (r *renewal) Call(_ int, now time.Time) (node.Call, bool) {
+	l := r.l
+	l.mu.Lock()
+	ttl, ok, last := l.capAtHold(now, l.ttl)
+	live := l.state == held && now.Before(l.until)
+	l.mu.Unlock()
+	if !ok || !live {
+		*r = renewal{}
+		renewals.Put(r)
+		return node.Call{}, false
+	}
+	r.ttl, r.last = ttl, last
+	return node.Refresh(l.keys, l.token, ttl), true
 }
 
 var renewals = sync.Pool{New: func() any { return new(renewal) }}
 
 // renewal is one renewal of a lock: the lease it asked for, whether that
-// lease ends at the hold limit, and its one call.
+// lease ends at the hold limit (both set by Call), and its one part.
 type renewal struct {
 	l    *redisLock
 	ttl  time.Duration

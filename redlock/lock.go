@@ -428,9 +428,17 @@ func (l *Lock) Renewal(now time.Time) ([]lease.Part, lease.Round, bool) {
 	bound := now.Add(ttl - margin(ttl))
 	parts := make([]lease.Part, len(l.r.nodes))
 	for i, nd := range l.r.nodes {
-		parts[i] = lease.Part{Lane: nd.lane, Conn: nd.conn, Call: node.Refresh(l.keys, l.token, ttl), Bound: bound}
+		parts[i] = lease.Part{Lane: nd.lane, Conn: nd.conn, Bound: bound}
 	}
 	return parts, &renewal{l: l, ttl: ttl, start: now, t: newRefreshTally(fences, l.r.quorum)}, true
+}
+
+// Call makes node i's refresh. The validity it may confirm is dated from
+// when the renewal was due (start), before any send: a part that waited in
+// its lane only makes the node's lease end later than the validity, never
+// earlier. Redlock has no hold limit to keep.
+func (rn *renewal) Call(int, time.Time) (node.Call, bool) {
+	return node.Refresh(rn.l.keys, rn.l.token, rn.ttl), true
 }
 
 // renewal is one background renewal: its answers come from the lanes of

@@ -13,28 +13,35 @@ import (
 
 // Holder is a held lock the Renewer keeps alive: a backend's lock.
 type Holder interface {
-	// Renewal is called when the holder's renewal is due: the calls to
-	// send, and the Round that takes their replies. ok false: nothing to
+	// Renewal is called when the holder's renewal is due: where its calls
+	// go, and the Round that makes and answers them. ok false: nothing to
 	// send (the lock ended, reached its hold limit, or its deadline
 	// passed); the holder is then not renewed again unless it schedules
 	// itself.
 	Renewal(now time.Time) (parts []Part, round Round, ok bool)
 }
 
-// Round takes the replies of one renewal's parts, each as it comes, on the
-// goroutine of the part's lane. The holder reschedules itself (Schedule)
-// once it has a verdict; replies after that are still delivered.
+// Round is one renewal: it makes each part's call when the part's lane
+// sends it, and takes each reply as it comes, on the goroutine of the
+// part's lane. The holder reschedules itself (Schedule) once it has a
+// verdict; replies after that are still delivered.
 type Round interface {
+	// Call makes part's call at now, the moment it leaves: a call that
+	// waited in its lane behind another pipeline must not ask for a lease
+	// measured from when the renewal was due (a lease cut to a hold limit
+	// would then run past it). ok false: nothing to send any more (the
+	// lock ended or reached its limit meanwhile); the part is then not
+	// answered.
+	Call(part int, now time.Time) (call node.Call, ok bool)
 	Answer(part int, reply node.Reply)
 }
 
-// Part is one call of a renewal, and the node it goes to.
+// Part is where one call of a renewal goes.
 type Part struct {
 	// Lane names the node: calls of one lane leave together, in one
 	// pipeline, and a lane whose node hangs holds up only its own calls.
 	Lane string
 	Conn redis.Cmdable // what the lane's pipeline is sent on
-	Call node.Call
 	// Bound is when the reply stops being of use (the lease deadline): a
 	// pipeline runs until the latest Bound of its calls.
 	Bound time.Time
@@ -371,18 +378,28 @@ func (r *Renewer) drain(ln *lane) {
 // sendLane sends batch, the calls of one node, in one pipeline bounded by
 // their latest deadline, and answers each call.
 func sendLane(closing context.Context, batch []job) {
-	calls := make([]node.Call, len(batch))
+	calls := make([]node.Call, 0, len(batch))
+	sent := batch[:0:0] // the jobs whose calls go, in order
 	var bound time.Time
-	for i, j := range batch {
-		calls[i] = j.part.Call
+	now := time.Now()
+	for _, j := range batch {
+		call, ok := j.round.Call(j.i, now)
+		if !ok {
+			continue
+		}
+		calls = append(calls, call)
+		sent = append(sent, j)
 		if j.part.Bound.After(bound) {
 			bound = j.part.Bound
 		}
 	}
+	if len(calls) == 0 {
+		return
+	}
 	ctx, cancel := context.WithDeadline(closing, bound)
 	defer cancel()
-	replies := node.Pipeline(ctx, batch[0].part.Conn, calls, nil)
-	for i, j := range batch {
+	replies := node.Pipeline(ctx, sent[0].part.Conn, calls, nil)
+	for i, j := range sent {
 		j.round.Answer(j.i, replies[i])
 	}
 }

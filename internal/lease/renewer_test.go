@@ -2,6 +2,8 @@ package lease_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +31,8 @@ type holder struct {
 	mu      sync.Mutex
 	entry   lease.Entry
 	answers []answer
+	calls   []time.Time // when each call was made
+	due     int         // renewals the Renewer asked for
 	stopped bool
 }
 
@@ -38,7 +42,17 @@ type answer struct {
 }
 
 func (h *holder) Renewal(now time.Time) ([]lease.Part, lease.Round, bool) {
-	return []lease.Part{{Lane: h.lane, Conn: h.conn, Call: node.Refresh(h.keys, h.tok, h.ttl), Bound: now.Add(h.ttl)}}, h, true
+	h.mu.Lock()
+	h.due++
+	h.mu.Unlock()
+	return []lease.Part{{Lane: h.lane, Conn: h.conn, Bound: now.Add(h.ttl)}}, h, true
+}
+
+func (h *holder) Call(_ int, now time.Time) (node.Call, bool) {
+	h.mu.Lock()
+	h.calls = append(h.calls, now)
+	h.mu.Unlock()
+	return node.Refresh(h.keys, h.tok, h.ttl), true
 }
 
 func (h *holder) Answer(_ int, reply node.Reply) {
@@ -116,6 +130,91 @@ func TestRenewerHungLaneHoldsUpOnlyItself(t *testing.T) {
 	}
 	for _, h := range hs {
 		h.stop()
+	}
+}
+
+// gatePipeline holds the first pipeline carrying match, after Redis ran it,
+// until open is closed.
+type gatePipeline struct {
+	match string
+	once  sync.Once
+	held  chan struct{}
+	open  chan struct{}
+}
+
+func (g *gatePipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (g *gatePipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (g *gatePipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if strings.Contains(fmt.Sprint(cmd.Args()...), g.match) {
+				first := false
+				g.once.Do(func() { first = true })
+				if first {
+					close(g.held)
+					<-g.open
+				}
+				break
+			}
+		}
+		return err
+	}
+}
+
+// A call is made when its lane sends it, not when its renewal was due: a
+// renewal that waits in its lane behind another pipeline to the node asks,
+// once it leaves, for a lease measured from then (a lease cut to a hold
+// limit at the due time would run past the limit by the wait).
+func TestRenewerMakesQueuedCallWhenItLeaves(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	gate := &gatePipeline{match: "lease:{first}", held: make(chan struct{}), open: make(chan struct{})}
+	rdb.AddHook(gate)
+	opened := sync.OnceFunc(func() { close(gate.open) })
+	r := lease.NewRenewer()
+	defer r.Close()
+	defer opened() // before Close, which waits for the held pipeline
+	tok := "0123456789abcdef0123456789abcdef"
+	mk := func(name, lane string) *holder {
+		return &holder{r: r, lane: lane, conn: rdb, keys: node.KeysOf("lease:", name), tok: tok, ttl: time.Hour}
+	}
+	first, queued, other := mk("first", "a"), mk("queued", "a"), mk("other", "b")
+	other.start() // a second lane: lanes have senders of their own
+	first.start()
+	<-gate.held // first's pipeline is out on lane a, its reply held
+	queued.start()
+	waitUntil(t, "queued's renewal to wait in lane a", func() bool {
+		queued.mu.Lock()
+		defer queued.mu.Unlock()
+		return queued.due > 0
+	})
+	released := time.Now()
+	opened()
+	waitUntil(t, "queued's call", func() bool {
+		queued.mu.Lock()
+		defer queued.mu.Unlock()
+		return len(queued.calls) > 0
+	})
+	queued.mu.Lock()
+	at := queued.calls[0]
+	queued.mu.Unlock()
+	if at.Before(released) {
+		t.Fatalf("the queued call was made %v before its lane could send it", released.Sub(at))
+	}
+	for _, h := range []*holder{first, queued, other} {
+		h.stop()
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
