@@ -101,18 +101,8 @@ func (l *redisLock) leaseEnded() {
 	default:
 		cause = fmt.Errorf("%w: no renewal confirmed before the lease deadline", ErrLockLost)
 	}
-	ttl, releasing := l.ttl, l.releasing
 	l.mu.Unlock()
 	l.end(lost, reason, cause)
-	if !releasing {
-		// The key may still be ours in Redis: a renewal that reached it
-		// with its reply still out (or lost) extended it, and nobody
-		// renews or releases a lost lock. Given back by token, after the
-		// holder was told, so that the next holder need not wait out that
-		// lease (TestLostAtDeadlineIsGivenBack). A Release under way does
-		// it itself.
-		l.c.giveBack(l.acquirer, l.keys, l.token, ttl)
-	}
 }
 
 // end moves a held lock to released or lost, once, and cancels its context

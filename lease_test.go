@@ -122,8 +122,7 @@ func TestLateGrantInLine(t *testing.T) {
 	crashed := srv.Client(t)
 	b, c := newLocker(t, crashed), newLocker(t, rdb)
 	// B holds and "crashes": no renewal, no release, and its connection
-	// gone, so that not even the give-back of its lease's end reaches
-	// Redis: A must get the lock from its own attempt in line.
+	// gone: A must get the lock from its own attempt in line.
 	if _, err := b.TryAcquire(bg, name, dlock.WithTTL(ttl), dlock.WithoutRenewal()); err != nil {
 		t.Fatal(err)
 	}
