@@ -130,8 +130,12 @@ func (c *Client) Close(ctx context.Context) error {
 	c.closed.Store(true) // under hmu: no acquisition begins after this
 	var drained chan struct{}
 	if c.inflight > 0 {
-		drained = make(chan struct{})
-		c.drained = drained
+		// One channel for every Close under way: a second Close must not
+		// replace the one the first waits on.
+		if c.drained == nil {
+			c.drained = make(chan struct{})
+		}
+		drained = c.drained
 	}
 	c.hmu.Unlock()
 	c.closeWaits()

@@ -292,9 +292,6 @@ func (n *notifier) follow(sess *session, tidy bool) bool {
 		} else {
 			dial[s.session] = append(dial[s.session], s.channel)
 		}
-		if tidy && remain > 0 {
-			sess.unsubscribe(n.channels, s.channel)
-		}
 	}
 	if len(dial) > 0 {
 		n.mu.Unlock()
@@ -309,6 +306,20 @@ func (n *notifier) follow(sess *session, tidy bool) bool {
 		if n.closed || sess.ctx.Err() != nil {
 			n.mu.Unlock()
 			return false
+		}
+		// A waiter may have subscribed a channel of sess's node while the
+		// lock was let go for the dial: counted again, so that sess is
+		// not ended under it.
+		remain = 0
+		for _, s := range n.subs {
+			if s.session == sess.key {
+				remain++
+			}
+		}
+	}
+	if tidy && remain > 0 {
+		for _, s := range moved {
+			sess.unsubscribe(n.channels, s.channel)
 		}
 	}
 	if remain > 0 {
