@@ -423,9 +423,12 @@ func (l *Lock) Renewal(now time.Time) ([]lease.Part, lease.Round, bool) {
 		l.mu.Unlock()
 		return nil, nil, false
 	}
-	ttl, fences := l.ttl, slices.Clone(l.fences)
+	ttl, fences, valid := l.ttl, slices.Clone(l.fences), l.valid
 	l.mu.Unlock()
-	bound := now.Add(ttl - margin(ttl))
+	// A reply after the current validity is of no use: the lock is lost
+	// then. (Bounded by the validity it would confirm, a renewal stuck on
+	// a stopped node held Close that much longer.)
+	bound := valid
 	parts := make([]lease.Part, len(l.r.nodes))
 	for i, nd := range l.r.nodes {
 		parts[i] = lease.Part{Lane: nd.lane, Conn: nd.conn, Bound: bound}

@@ -43,7 +43,7 @@ type Part struct {
 	Lane string
 	Conn redis.Cmdable // what the lane's pipeline is sent on
 	// Bound is when the reply stops being of use (the lease deadline): a
-	// pipeline runs until the latest Bound of its calls.
+	// pipeline waits for its replies until the earliest Bound of its calls.
 	Bound time.Time
 }
 
@@ -57,14 +57,25 @@ type Part struct {
 // the job of each lock's deadline timer, so a renewal stuck on a blackholed
 // connection cannot keep a holder from learning its lease ran out.
 //
-// Renewals go out per node (a lane): each lane sends one pipeline at a time,
-// on a goroutine of its own that runs only while the lane has calls, and
-// answers each call as its pipeline returns. The loop never waits for a
-// reply, so a node that hangs delays only the locks it holds: one pipeline
-// over every node (go-redis returns a cluster pipeline only when each
-// node's part did) made the healthy nodes' locks lost with it, and a loop
-// that waited on the hung node's read made a longer lease on a healthy node
-// miss its deadline. (TestHungPrimaryCostsOnlyItsOwnLocks.)
+// Renewals go out per node (a lane), a pipeline per batch, each sent by a
+// sender goroutine of the lane, which answers each call as its pipeline
+// returns. The loop never waits for a reply, so a node that hangs delays
+// only the locks it holds: one pipeline over every node (go-redis returns
+// a cluster pipeline only when each node's part did) made the healthy
+// nodes' locks lost with it, and a loop that waited on the hung node's read
+// made a longer lease on a healthy node miss its deadline.
+// (TestHungPrimaryCostsOnlyItsOwnLocks.) A lane sends one pipeline at a
+// time while they come back, as the one loop did, and has up to LaneDepth
+// out, each on a connection of its own, when calls wait laneStall behind
+// them: one connection that went quiet on a healthy node holds up only the
+// renewals it carries (TestHungConnectionCostsOnlyItsOwnLock, redlock). A
+// pipeline waits only until the earliest deadline of its calls, past which
+// its first lock is lost anyway and the others are retried.
+//
+// A Renewer that has only ever renewed on one node (a plain client, not a
+// Cluster nor a Redlock) has its loop send the pipelines itself, one at a
+// time, as before lanes: there a connection that went quiet holds up the
+// node's other renewals until the earliest deadline of its pipeline.
 //
 // The loop goroutine runs only while some lock is due for renewal.
 type Renewer struct {
@@ -75,14 +86,11 @@ type Renewer struct {
 	// the holder's check that it is held and its entry going into the
 	// heap; the loop and the lanes call a holder only while they hold no
 	// mutex of their own.
-	mu    sync.Mutex
-	due   entryHeap
-	lanes map[string]*lane // lanes with calls queued or out
-	// seen has every lane name ever used (at most one per node): while it
-	// is one, the loop sends that lane itself (see send).
-	seen    map[string]bool
-	kick    chan struct{} // a holder is due earlier than the loop sleeps
-	wakeAt  time.Time     // when the sleeping loop wakes by itself
+	mu      sync.Mutex
+	due     entryHeap
+	lanes   map[string]*lane // by name: one per node ever renewed on
+	kick    chan struct{}    // a holder is due earlier than the loop sleeps
+	wakeAt  time.Time        // when the sleeping loop wakes by itself
 	running bool
 	closed  bool
 	wg      sync.WaitGroup // the loop and the lanes' senders
@@ -105,11 +113,12 @@ type Entry struct {
 	pos  int       // 1 + position in due; 0 while not in it (a renewal out)
 }
 
-// lane is the calls to one node waiting for its pipeline, under
-// Renewer.mu. sending: a sender goroutine runs for the lane.
+// lane is the calls to one node waiting for a pipeline, and how many
+// pipelines of the lane are out, under Renewer.mu.
 type lane struct {
 	queue   []job
-	sending bool
+	out     int  // senders running, at most LaneDepth
+	stalled bool // a stall timer is set for the queue (see send)
 }
 
 // job is one part of a renewal in a lane.
@@ -127,13 +136,20 @@ const (
 	idleFor = 2 * time.Second
 	// batchMax bounds one pipeline.
 	batchMax = 1000
+	// LaneDepth bounds the pipelines out per lane, as the Batcher's depth
+	// does for lock calls: a few connections per node, not one per lock.
+	LaneDepth = 4
+	// laneStall is how long calls queued behind a lane's pipelines wait
+	// before another sender takes them on a connection of its own: far
+	// above a pipeline of a thousand renewals (a few ms), far below a
+	// connection that went quiet (its reads wait for the lease deadline).
+	laneStall = 50 * time.Millisecond
 )
 
 // NewRenewer returns a Renewer with nothing to renew; it starts its loop
 // when the first holder is scheduled.
 func NewRenewer() *Renewer {
-	r := &Renewer{lanes: map[string]*lane{}, seen: map[string]bool{},
-		kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	r := &Renewer{lanes: map[string]*lane{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	r.closing, r.cancel = context.WithCancel(context.Background())
 	return r
 }
@@ -191,8 +207,8 @@ func (r *Renewer) Scheduled() int {
 }
 
 // Close stops the loop, cancels the pipelines out and waits for them. A
-// pipeline already reading from a node that hangs may run until the latest
-// lease deadline of its calls: go-redis' reads keep to a deadline
+// pipeline already reading from a node that hangs may run until the
+// earliest lease deadline of its calls: go-redis' reads keep to a deadline
 // (ContextTimeoutEnabled), not to a cancellation.
 func (r *Renewer) Close() {
 	r.mu.Lock()
@@ -279,14 +295,13 @@ func (r *Renewer) takeDue() []Holder {
 	return due
 }
 
-// send asks each due holder for its renewal and queues the parts on their
-// lanes, starting a lane's sender where none runs. It never waits for a
-// reply, but for one case: while every renewal of the Renewer has gone to
-// one lane (one Redis node: a plain client), the loop sends the pipelines
-// itself, as the loop over one node did before there were lanes: that
-// node's locks are all it could hold up, and a process holding 100,000
-// locks on one Redis then starts no goroutine and copies no queue per
-// pipeline.
+// send asks each due holder for its renewal and hands the parts to their
+// lanes: to a new sender, with this pass's parts as its first batches, when
+// the lane has no pipeline out; else to the lane's queue, which its senders
+// take from as their pipelines return, and another sender takes if they
+// stall (unstall). It never waits for a reply, but while the Renewer has
+// only ever renewed on one node (a plain client), where the loop sends the
+// pipelines itself.
 func (r *Renewer) send(due []Holder) {
 	if len(due) == 0 {
 		return
@@ -310,10 +325,15 @@ func (r *Renewer) send(due []Holder) {
 		r.mu.Unlock()
 		return
 	}
-	if one := jobs[0].part.Lane; len(r.seen) <= 1 && (len(r.seen) == 0 || r.seen[one]) && sameLane(jobs) {
+	if one := jobs[0].part.Lane; len(r.lanes) <= 1 && sameLane(jobs) && (len(r.lanes) == 0 || r.lanes[one] != nil) {
 		// One node, ever: only the loop sends, and it sends these itself,
-		// straight from jobs, a pipeline of at most batchMax at a time.
-		r.seen[one] = true
+		// straight from jobs, as the loop over one node did before there
+		// were lanes (that node's locks are all it could hold up); a
+		// process holding 100,000 locks on one Redis then starts no
+		// goroutine and copies no queue per pipeline.
+		if r.lanes[one] == nil {
+			r.lanes[one] = &lane{}
+		}
 		r.mu.Unlock()
 		for len(jobs) > 0 {
 			n := min(len(jobs), batchMax)
@@ -322,28 +342,59 @@ func (r *Renewer) send(due []Holder) {
 		}
 		return
 	}
-	var started []*lane
+	defer r.mu.Unlock()
+	groups := map[string][]job{}
 	for _, j := range jobs {
-		r.seen[j.part.Lane] = true
-		ln := r.lanes[j.part.Lane]
+		groups[j.part.Lane] = append(groups[j.part.Lane], j)
+	}
+	for name, js := range groups {
+		ln := r.lanes[name]
 		if ln == nil {
 			ln = &lane{}
-			r.lanes[j.part.Lane] = ln
+			r.lanes[name] = ln
 		}
-		ln.queue = append(ln.queue, j)
-		if !ln.sending {
-			ln.sending = true
-			started = append(started, ln)
+		if ln.out > 0 {
+			// Behind the lane's pipelines out: they take the queue as
+			// they return, unless they stall.
+			ln.queue = append(ln.queue, js...)
+			if !ln.stalled && ln.out < LaneDepth {
+				ln.stalled = true
+				time.AfterFunc(laneStall, func() { r.unstall(ln) })
+			}
+			continue
 		}
+		r.startSender(ln, js)
 	}
-	for _, ln := range started {
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			r.drain(ln)
-		}()
+}
+
+// startSender runs a sender of ln with first as its first batches. The
+// caller holds r.mu.
+func (r *Renewer) startSender(ln *lane, first []job) {
+	ln.out++
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.drain(ln, first)
+	}()
+}
+
+// unstall runs laneStall after calls were queued behind ln's pipelines:
+// if some are still queued, the pipelines out are slow or stuck (a
+// connection that went quiet), and another sender takes the queue on a
+// connection of its own, up to LaneDepth.
+func (r *Renewer) unstall(ln *lane) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ln.stalled = false
+	if r.closed || len(ln.queue) == 0 || ln.out >= LaneDepth {
+		return
 	}
-	r.mu.Unlock()
+	r.startSender(ln, nil)
+	if ln.out < LaneDepth {
+		// The new sender may stall too: look again later.
+		ln.stalled = true
+		time.AfterFunc(laneStall, func() { r.unstall(ln) })
+	}
 }
 
 // sameLane reports whether every job goes to the lane of the first.
@@ -356,13 +407,18 @@ func sameLane(jobs []job) bool {
 	return true
 }
 
-// drain sends the lane's queue, a pipeline at a time, until it is empty:
-// calls queued while a pipeline is out leave together in the next one.
-func (r *Renewer) drain(ln *lane) {
+// drain is a sender of the lane: it sends first, a pipeline of at most
+// batchMax at a time, then what the lane's queue holds, until it is empty.
+func (r *Renewer) drain(ln *lane, first []job) {
+	for len(first) > 0 {
+		n := min(len(first), batchMax)
+		sendLane(r.closing, first[:n:n])
+		first = first[n:]
+	}
 	for {
 		r.mu.Lock()
 		if len(ln.queue) == 0 {
-			ln.sending = false
+			ln.out--
 			ln.queue = nil // not the backing array of the last batch, for ever
 			r.mu.Unlock()
 			return
@@ -375,8 +431,9 @@ func (r *Renewer) drain(ln *lane) {
 	}
 }
 
-// sendLane sends batch, the calls of one node, in one pipeline bounded by
-// their latest deadline, and answers each call.
+// sendLane sends batch, the calls of one node, in one pipeline that waits
+// for its replies until the earliest deadline of its calls, and answers
+// each call.
 func sendLane(closing context.Context, batch []job) {
 	calls := make([]node.Call, 0, len(batch))
 	sent := batch[:0:0] // the jobs whose calls go, in order
@@ -389,7 +446,7 @@ func sendLane(closing context.Context, batch []job) {
 		}
 		calls = append(calls, call)
 		sent = append(sent, j)
-		if j.part.Bound.After(bound) {
+		if bound.IsZero() || j.part.Bound.Before(bound) {
 			bound = j.part.Bound
 		}
 	}
