@@ -1,0 +1,95 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// A lock whose lease ran out (no renewal, no release) stays taken for its
+// min hold: WithMinHold's first lease in Redis lasts max(TTL, min hold), so
+// that a crash still blocks the tick, while the lock's own context
+// describes the TTL-long lease. Nothing done at the lease deadline (a
+// give-back of the lapsed lock, say) may free it earlier: the same tick
+// would run twice.
+func TestLapsedLockKeepsMinHold(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newLocker(t, srv.Client(t))
+	other := newLocker(t, srv.Client(t))
+
+	const (
+		ttl     = 400 * time.Millisecond
+		minHold = 3 * time.Second
+	)
+	start := time.Now()
+	l := mustAcquire(t, c, "tick", dlock.WithTTL(ttl), dlock.WithMinHold(minHold), dlock.WithoutRenewal())
+	select {
+	case <-l.Context().Done():
+	case <-time.After(5 * ttl):
+		t.Fatal("the lock's context did not end at its lease deadline")
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", cause)
+	}
+	// Until start+minHold (less a generous second for jitter) the tick must
+	// stay taken: the holder did not release, it merely stopped renewing.
+	for time.Since(start) < minHold-time.Second {
+		o, err := other.TryAcquire(bg, "tick", dlock.WithTTL(ttl))
+		if err == nil {
+			_ = o.Release(bg)
+			t.Fatalf("another instance took the tick %v after the grant, inside the min hold of %v ",
+				time.Since(start).Round(time.Millisecond), minHold)
+		}
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The lease margin separates two holders: a lock's context ends a margin
+// (lease.Margin, a tenth of the TTL) before its lease ends in Redis, so
+// that its work sees the end and stops before anyone else gets in. Nothing
+// done at the lease deadline (a give-back of the lapsed lock, say) may let
+// the next holder in before the first holder's lease ends in Redis.
+//
+// The check is on the client's side of both leases: the first lease ends in
+// Redis no earlier than start+ttl (start is before its send); the second
+// holder's grant is before its reply. A grant whose reply came before
+// start+ttl was made inside the first lease.
+func TestLapsedLockKeepsMarginBeforeNextHolder(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newLocker(t, srv.Client(t))
+	other := newLocker(t, srv.Client(t))
+
+	const ttl = time.Second // margin 100ms
+	start := time.Now()
+	l := mustAcquire(t, c, "margin", dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	serverEnd := start.Add(ttl) // the first lease ends in Redis no earlier
+
+	select {
+	case <-l.Context().Done():
+	case <-time.After(3 * ttl):
+		t.Fatal("the lock's context did not end at its lease deadline")
+	}
+	for time.Now().Before(serverEnd) {
+		o, err := other.TryAcquire(bg, "margin", dlock.WithTTL(ttl))
+		replied := time.Now()
+		if err == nil {
+			_ = o.Release(bg)
+			if replied.Before(serverEnd) {
+				t.Fatalf("a second holder was granted the lock %v before the first holder's lease could end in Redis (the first holder's context ended %v before it)",
+					serverEnd.Sub(replied).Round(time.Millisecond), ttl/10)
+			}
+			return
+		}
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
