@@ -249,7 +249,7 @@ func (c *checker) falseLoss(holds []Hold) {
 		// Release runs after Done: a fault up to its return explains it.
 		relEnd := max(x.Released, x.Done)
 		if x.Release == "not_held" && (x.Final == "released" || x.Final == "") &&
-			c.excuse(x.Worker, x.Name, x.Got, relEnd, x.Got, relEnd) == "" {
+			c.excuse(x.Worker, x.Name, x.Got, relEnd, x.Got, relEnd) == "" && !c.nodeRestarted(x.Got, relEnd) {
 			c.violate("Release said not held, yet the lease was believed valid until it answered: %s%s", c.who(x), c.near(x.Got))
 		}
 		if x.Cause == "taken_over" && x.Lost != 0 && !takenBetween(x, x.Got, x.Lost) &&
@@ -257,6 +257,30 @@ func (c *checker) falseLoss(holds []Hold) {
 			c.violate("told the lock was taken over, yet nobody took it: %s%s", c.who(x), c.near(x.Got))
 		}
 	}
+}
+
+// nodeRestarted reports whether a Redlock node was killed and started again
+// empty between from and to. A Release that waited for such a node (its
+// call retried while the node was down) hears "not ours" from it once it is
+// back: with the node that never granted, a majority of "not ours", and the
+// lock was indeed no longer on a quorum. That "not held" is the truth, as a
+// Client's is after its Redis restarted empty (FaultRestartEmpty); unlike
+// that fault, it excuses no overlap. (Seen in CI: a lock granted on nodes 0
+// and 1, node 0 killed, the Release's call to it answered by the restarted
+// node 300 ms later. Release's answer is pinned by redlock's
+// TestReleaseAnsweredAfterValidity: keys gone within the validity, not held.)
+//
+// The node must be back by to: while it is down, a call to it fails and
+// says nothing of the lock. Its window's end is stamped after its restart
+// answered PING, a moment after it began to serve: restartSlack.
+func (c *checker) nodeRestarted(from, to int64) bool {
+	const restartSlack = int64(100 * time.Millisecond)
+	for _, f := range c.h.Faults {
+		if f.Kind == FaultNodeKill && f.From <= to && f.To >= from && f.To <= to+restartSlack {
+			return true
+		}
+	}
+	return false
 }
 
 // chain walks the resource's accesses in the order it applied them.
