@@ -352,30 +352,47 @@ func (c *Client) giveBack(ctx context.Context, k node.Keys, token string, ttl ti
 	go func() {
 		defer c.bg.Done()
 		until := time.Now().Add(lease.GiveBackHorizon(ttl, waiterAlive(ttl)))
-		var b lease.Backoff
-		for c.withdraw(ctx, k, token) != nil {
-			pause := b.Next()
-			if time.Now().Add(pause).After(until) {
-				return
-			}
-			t := time.NewTimer(pause)
-			select {
-			case <-t.C:
-			case <-c.closing.Done():
-				t.Stop()
-				return
-			}
-		}
+		c.retryWithdraw(ctx, k, token, node.ReleaseArgs{Record: releaseRecordTTL, GiveUp: true}, until)
 	}()
+}
+
+// retryWithdraw runs the release script with a for token until it gets an
+// answer, with the engine's backoff between tries, giving up when the next
+// try would start after until or Close begins.
+func (c *Client) retryWithdraw(ctx context.Context, k node.Keys, token string, a node.ReleaseArgs, until time.Time) {
+	var b lease.Backoff
+	for c.withdrawWith(ctx, k, token, a) != nil {
+		pause := b.Next()
+		if time.Now().Add(pause).After(until) || !c.pause(pause) {
+			return
+		}
+	}
+}
+
+// pause waits d, and reports false if Close began meanwhile.
+func (c *Client) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.closing.Done():
+		return false
+	}
 }
 
 // withdraw leaves the Redis queue after giving up. If a release handed us
 // the lock in the meantime, the same script releases it to the next waiter.
 // It runs on a fresh context: the caller's has ended.
 func (c *Client) withdraw(ctx context.Context, k node.Keys, token string) error {
+	return c.withdrawWith(ctx, k, token, node.ReleaseArgs{Record: releaseRecordTTL, GiveUp: true})
+}
+
+// withdrawWith runs the release script with a on a fresh, bounded context.
+func (c *Client) withdrawWith(ctx context.Context, k node.Keys, token string, a node.ReleaseArgs) error {
 	rctx, cancel := c.cleanupContext(ctx)
 	defer cancel()
-	_, err := c.releaseScript(rctx, k, token, true, releaseRecordTTL)
+	_, err := c.releaseWith(rctx, k, token, a)
 	return err
 }
 

@@ -1,10 +1,12 @@
 package dlock
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 // A lock's lease as this process knows it, on the local monotonic clock:
@@ -70,6 +72,9 @@ func (l *redisLock) confirm(sent time.Time, ttl time.Duration, setTTL, last bool
 	if sent.After(l.leased) {
 		l.leased = sent
 	}
+	if end := sent.Add(ttl); end.After(l.served) {
+		l.served = end
+	}
 	if end := leaseEnd(sent, ttl); end.After(l.until) {
 		l.until = end
 		l.deadline.Reset(l.leaseLeft())
@@ -77,7 +82,20 @@ func (l *redisLock) confirm(sent time.Time, ttl time.Duration, setTTL, last bool
 	return true
 }
 
+// askLocked records a lease of ttl asked for by a command sent at sent (a
+// renewal or Refresh), before any answer: it may hold the key in Redis
+// whether or not its answer is heard. l.mu must be held.
+func (l *redisLock) askLocked(sent time.Time, ttl time.Duration) {
+	if end := sent.Add(ttl); end.After(l.asked) {
+		l.asked = end
+	}
+}
+
 // leaseEnded runs on the deadline timer: no renewal was confirmed in time.
+// It looks at the deadline and marks the lock lost under one hold of l.mu:
+// a Refresh confirmed after the look finds the lock lost and says so,
+// never success for a lock whose context then ends and whose key the
+// give-back frees.
 func (l *redisLock) leaseEnded() {
 	l.mu.Lock()
 	if l.state != held {
@@ -101,18 +119,63 @@ func (l *redisLock) leaseEnded() {
 	default:
 		cause = fmt.Errorf("%w: no renewal confirmed before the lease deadline", ErrLockLost)
 	}
+	e, _ := l.markLocked(lost, cause)
+	// A renewal or Refresh sent after the last confirmed lease may have
+	// run in Redis with its reply still out, or lost: the key is then ours
+	// beyond that lease, renewed and released by nobody, and the next
+	// holder would wait it out. (A Release under way frees it itself.)
+	giveBack := l.asked.After(l.served) && !l.releasing
+	at, until := l.served, l.asked
 	l.mu.Unlock()
-	l.end(lost, reason, cause)
+	l.announce(lost, reason, e)
+	if giveBack {
+		l.giveBackLapsed(at, until)
+	}
 }
 
-// end moves a held lock to released or lost, once, and cancels its context
-// with cause; a loss is reported to the observers.
-func (l *redisLock) end(to lockState, reason Reason, cause error) {
-	l.mu.Lock()
+// giveBackLapsed gives the token of a lock lost at its deadline back at at,
+// the end of the last lease Redis confirmed, and not before: the margin
+// between the deadline and that end is the holder's, for its work to see
+// the context end and stop, and a next holder let in during it would
+// overlap a holder that has not yet stopped. The release keeps WithMinHold
+// as any release does. It is retried, with the engine's backoff, until
+// until, when whatever the unconfirmed renewal leased has ended anyway;
+// Close ends it. (TestLapsedRenewalGivenBackAtLeaseEnd,
+// TestLapsedRenewalKeepsMinHold.)
+func (l *redisLock) giveBackLapsed(at, until time.Time) {
+	c := l.c
+	c.hmu.Lock()
+	if c.bgClosed {
+		c.hmu.Unlock()
+		return // Close has begun: the key expires with its lease
+	}
+	c.bg.Add(1)
+	c.hmu.Unlock()
+	a := node.ReleaseArgs{Record: releaseRecordTTL, GiveUp: true, MinHold: l.minHold}
+	go func() {
+		defer c.bg.Done()
+		if !c.pause(time.Until(at)) {
+			return
+		}
+		c.retryWithdraw(l.acquirer, l.keys, l.token, a, until)
+	}()
+}
+
+// ending is what announce needs of a lock that markLocked just ended.
+type ending struct {
+	cancel context.CancelCauseFunc
+	first  error // the first cause: the context's
+	ttl    time.Duration
+	cause  error // this ending's cause: the observers'
+}
+
+// markLocked moves a held lock to released or lost, once: it reports false
+// when the lock had ended already (released, or lost and to is lost). l.mu
+// must be held; announce must follow once it is let go.
+func (l *redisLock) markLocked(to lockState, cause error) (ending, bool) {
 	from := l.state
 	if from == released || (from == lost && to == lost) {
-		l.mu.Unlock()
-		return
+		return ending{}, false
 	}
 	l.state = to
 	if l.cause == nil {
@@ -122,16 +185,30 @@ func (l *redisLock) end(to lockState, reason Reason, cause error) {
 	// The first cause wins also on the context: a Release that runs while a
 	// loss is still being reported to the observers must not make the loss
 	// read as a release (Run would then report a clean end).
-	cancel, first, ttl := l.cancel, l.cause, l.ttl
-	l.mu.Unlock()
-	// Observers first: whoever wakes on the context finds the metrics and
-	// logs already telling of the loss.
+	return ending{cancel: l.cancel, first: l.cause, ttl: l.ttl, cause: cause}, true
+}
+
+// announce tells of an ending that markLocked made: a loss to the
+// observers first (whoever wakes on the context finds the metrics and logs
+// already telling of it), then the context, the renewer and the held set.
+func (l *redisLock) announce(to lockState, reason Reason, e ending) {
 	if to == lost {
-		l.c.cfg.observers.lost(LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), TTL: ttl, Cause: cause})
+		l.c.cfg.observers.lost(LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), TTL: e.ttl, Cause: e.cause})
 	}
-	if cancel != nil {
-		cancel(first)
+	if e.cancel != nil {
+		e.cancel(e.first)
 	}
 	l.c.renewer.Forget(&l.entry)
 	l.c.untrack(l)
+}
+
+// end moves a held lock to released or lost, once, and cancels its context
+// with cause; a loss is reported to the observers.
+func (l *redisLock) end(to lockState, reason Reason, cause error) {
+	l.mu.Lock()
+	e, ok := l.markLocked(to, cause)
+	l.mu.Unlock()
+	if ok {
+		l.announce(to, reason, e)
+	}
 }

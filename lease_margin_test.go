@@ -93,3 +93,107 @@ func TestLapsedLockKeepsMarginBeforeNextHolder(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A renewal that ran in Redis, its reply held back past the lease deadline,
+// extended the key with the token of a lock its holder was told is lost:
+// nobody would renew or release it, and the next holder waited out that
+// renewal's lease (a third of a TTL longer). The lapsed lock is given back
+// by token, but only at the end of the last lease Redis confirmed: the
+// margin before it is the holder's, for its work to see the context end
+// and stop.
+//
+// The evidence of the give-back is the token's release record (an expiry
+// clears the key too, but writes none). The margin is checked as in
+// TestLapsedLockKeepsMarginBeforeNextHolder: a grant whose reply came before
+// start+ttl was made inside the first lease.
+func TestLapsedRenewalGivenBackAtLeaseEnd(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	gate := newReplyGate("dlock:{lapsed}", 1)
+	gate.pipelines = true // the renewal's; the acquisition goes alone
+	rdb.AddHook(gate)
+	c := newLocker(t, rdb)
+	t.Cleanup(gate.release) // before Close, which waits for the held renewal
+	other := newLocker(t, srv.Client(t))
+	plain := srv.Client(t)
+
+	const ttl = time.Second // margin 100 ms; the first renewal leases to ~1.33 s
+	start := time.Now()
+	l := mustAcquire(t, c, "lapsed", dlock.WithTTL(ttl))
+	serverEnd := start.Add(ttl)
+	<-gate.held // the first renewal ran in Redis; its reply is held back
+	select {
+	case <-l.Context().Done():
+	case <-time.After(3 * ttl):
+		t.Fatal("the lock's context did not end at its lease deadline")
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", cause)
+	}
+	record := "dlock:{lapsed}:r:" + l.Token()
+	for give := time.Now().Add(2 * ttl); ; time.Sleep(5 * time.Millisecond) {
+		o, err := other.TryAcquire(bg, "lapsed", dlock.WithTTL(ttl))
+		replied := time.Now()
+		if err == nil {
+			_ = o.Release(bg)
+			if replied.Before(serverEnd) {
+				t.Fatalf("a second holder was granted the lock %v before the first holder's confirmed lease could end in Redis",
+					serverEnd.Sub(replied).Round(time.Millisecond))
+			}
+			break
+		}
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		if time.Now().After(give) {
+			t.Fatalf("nobody got the lapsed lock within %v of its loss", 2*ttl)
+		}
+	}
+	if plain.Exists(bg, record).Val() == 0 {
+		t.Fatal("the next holder got the lock, but the lapsed token has no release record: it was left to expire, not given back")
+	}
+	gate.release()
+	if err := l.Release(bg); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release after the loss: %v, want ErrNotHeld", err)
+	}
+}
+
+// The give-back of a lapsed lock keeps WithMinHold: a renewal held back past
+// the deadline, as in TestLapsedRenewalGivenBackAtLeaseEnd, and the lock
+// must still stay taken until its min hold is over, as a lock that merely
+// expired does (TestLapsedLockKeepsMinHold).
+func TestLapsedRenewalKeepsMinHold(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	gate := newReplyGate("dlock:{lapsed-tick}", 1)
+	gate.pipelines = true
+	rdb.AddHook(gate)
+	c := newLocker(t, rdb)
+	t.Cleanup(gate.release) // before Close, which waits for the held renewal
+	other := newLocker(t, srv.Client(t))
+
+	const (
+		ttl     = 400 * time.Millisecond
+		minHold = 3 * time.Second
+	)
+	start := time.Now()
+	l := mustAcquire(t, c, "lapsed-tick", dlock.WithTTL(ttl), dlock.WithMinHold(minHold))
+	<-gate.held
+	select {
+	case <-l.Context().Done():
+	case <-time.After(5 * ttl):
+		t.Fatal("the lock's context did not end at its lease deadline")
+	}
+	for time.Since(start) < minHold-time.Second {
+		o, err := other.TryAcquire(bg, "lapsed-tick", dlock.WithTTL(ttl))
+		if err == nil {
+			_ = o.Release(bg)
+			t.Fatalf("another instance took the tick %v after the grant, inside the min hold of %v",
+				time.Since(start).Round(time.Millisecond), minHold)
+		}
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

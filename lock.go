@@ -56,7 +56,13 @@ type redisLock struct {
 	// shortens a lease (see extend in common.lua), so whatever order lease
 	// changes ran in, the lease in Redis ends after until.
 	until    time.Time
-	deadline *time.Timer // fires at until unless a renewal moved it
+	// served is the end in Redis of the latest lease Redis confirmed
+	// (send time + its ttl, no margin), and asked the latest end any
+	// lease asked for (an acquisition, a renewal or Refresh sent, answered
+	// or not): when asked is later, a lease nobody heard of may hold the
+	// key beyond served (see giveBackLapsed).
+	served, asked time.Time
+	deadline      *time.Timer // fires at until unless a renewal moved it
 	holdDone bool        // renewal stopped at the hold limit
 	// renewFailures counts the renewals in a row that got no answer.
 	renewFailures int
@@ -81,7 +87,7 @@ const (
 
 func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token string, fence int64, ac acquireConfig, sent time.Time) *redisLock {
 	l := &redisLock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, start: sent, ttl: ac.ttl,
-		leased: sent, until: leaseEnd(sent, ac.ttl), minHold: ac.minHold}
+		leased: sent, until: leaseEnd(sent, ac.ttl), served: sent.Add(ac.ttl), asked: sent.Add(ac.ttl), minHold: ac.minHold}
 	if ac.maxHold > 0 {
 		l.maxHold, l.hold = ac.maxHold, sent.Add(ac.maxHold)
 	}
@@ -192,6 +198,9 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 	sent := time.Now()
 	l.mu.Lock()
 	ttl, within, last := l.capAtHold(sent, ttl)
+	if within {
+		l.askLocked(sent, ttl)
+	}
 	l.mu.Unlock()
 	if !within {
 		return opError("refresh", l.name, fmt.Errorf("%w: %w of %v reached", ErrNotHeld, ErrHoldLimit, l.maxHold))

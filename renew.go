@@ -55,6 +55,9 @@ func (r *renewal) Call(_ int, now time.Time) (node.Call, bool) {
 	l.mu.Lock()
 	ttl, ok, last := l.capAtHold(now, l.ttl)
 	live := l.state == held && now.Before(l.until)
+	if ok && live {
+		l.askLocked(now, ttl)
+	}
 	l.mu.Unlock()
 	if !ok || !live {
 		*r = renewal{}
