@@ -477,26 +477,41 @@ func (r *Redlock) withdrawAll(ctx context.Context, k node.Keys, token string, fe
 // until Close. (Stopping after 3 s, as it once did, left a grant held by
 // nobody on the node after a longer outage: TestGiveBackOutlivesLongOutage.)
 func (r *Redlock) giveBack(ctx context.Context, i int, k node.Keys, token string, ttl time.Duration, g giveUp) {
+	r.giveBackAt(ctx, i, k, token, ttl, g, time.Time{})
+}
+
+// giveBackAt is giveBack from at on (the zero time: now). A give-back
+// still waiting for at when Close begins is dropped: what it would free
+// expires with its lease.
+func (r *Redlock) giveBackAt(ctx context.Context, i int, k node.Keys, token string, ttl time.Duration, g giveUp, at time.Time) {
 	ctx = context.WithoutCancel(ctx)
 	retry := func() {
+		if !at.IsZero() && !r.pause(time.Until(at)) {
+			return
+		}
 		until := time.Now().Add(lease.GiveBackHorizon(ttl, 0))
 		var b lease.Backoff
 		for r.withdraw(ctx, i, k, token, g) != nil {
 			pause := b.Next()
-			if time.Now().Add(pause).After(until) {
-				return
-			}
-			t := time.NewTimer(pause)
-			select {
-			case <-t.C:
-			case <-r.closing.Done():
-				t.Stop()
+			if time.Now().Add(pause).After(until) || !r.pause(pause) {
 				return
 			}
 		}
 	}
-	if !r.start(retry) {
+	if !r.start(retry) && at.IsZero() {
 		_ = r.withdraw(ctx, i, k, token, g) // Close has begun: one try, here
+	}
+}
+
+// pause waits d, and reports false if Close began meanwhile.
+func (r *Redlock) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.closing.Done():
+		return false
 	}
 }
 

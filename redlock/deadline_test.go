@@ -555,3 +555,47 @@ func (h *holdReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *holdReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// TestLapsedLockKeepsMarginBeforeNextHolder: a Lock whose validity ran out
+// gives its keys back (TestLossReleasesWhatIsHeld), but not before the end
+// of the last lease a quorum confirmed: the margin between the validity and
+// that end is the holder's, for its work to see its context end and stop,
+// as with a Client (the root package's test of the same name). A second
+// Redlock granted the lock on a quorum whose reply came before start+ttl
+// got it inside the first lease.
+func TestLapsedLockKeepsMarginBeforeNextHolder(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	_, probes := startNodesOn(t, rdbs)
+	r := newRedlock(t, rdbs)
+	second := newRedlock(t, probes)
+	const ttl = time.Second // margin 100ms
+	start := time.Now()
+	l, err := r.TryAcquire(bg, "margin", dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverEnd := start.Add(ttl)
+	select {
+	case <-l.Context().Done():
+	case <-time.After(3 * ttl):
+		t.Fatal("the lock's context did not end at the end of its validity")
+	}
+	for give := time.Now().Add(2 * ttl); ; time.Sleep(5 * time.Millisecond) {
+		o, err := second.TryAcquire(bg, "margin", dlock.WithTTL(ttl))
+		replied := time.Now()
+		if err == nil {
+			_ = o.Release(bg)
+			if replied.Before(serverEnd) {
+				t.Fatalf("a second holder was granted the lock %v before the first holder's lease could end on the nodes (its context ended %v before it)",
+					serverEnd.Sub(replied).Round(time.Millisecond), ttl/10)
+			}
+			return
+		}
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		if time.Now().After(give) {
+			t.Fatalf("nobody got the lapsed lock within %v of its loss", 2*ttl)
+		}
+	}
+}

@@ -46,6 +46,10 @@ type Lock struct {
 	state  state
 	fences []int64       // per node; 0 where the node has not granted
 	valid  time.Time     // end of the quorum's validity
+	// served is the end on the nodes of the last lease a quorum confirmed
+	// (its send time + its ttl, no margin): a lapsed lock's keys are given
+	// back then, not at valid (see lost).
+	served time.Time
 	ttl    time.Duration // the lease renewals ask for: WithTTL, or the last Refresh
 	// endCause is what the context ends with, set with state lost (the
 	// loss) or released (the release's cause), before the context is
@@ -71,7 +75,7 @@ const (
 func (r *Redlock) newLock(ctx context.Context, name string, k node.Keys, token string, s dlock.AcquireSettings,
 	start, valid time.Time, fences []int64, fence int64) *Lock {
 	l := &Lock{r: r, name: name, keys: k, token: token, start: start, renew: s.Renew, fence: fence, owner: cmp.Or(s.Owner, r.cfg.owner),
-		fences: fences, valid: valid, ttl: s.TTL}
+		fences: fences, valid: valid, served: start.Add(s.TTL), ttl: s.TTL}
 	// The caller's values (trace ids), not its cancellation: the lock lives
 	// until it is released or lost. It carries the lock itself, so that
 	// dlock.FromContext on it finds this lock, not one the acquirer's
@@ -368,6 +372,9 @@ func (l *Lock) extend(start time.Time, ttl time.Duration, setTTL bool) error {
 	// keep the longer), so the validity only moves forward.
 	if v := start.Add(ttl - margin(ttl)); v.After(l.valid) {
 		l.valid = v
+	}
+	if end := start.Add(ttl); end.After(l.served) {
+		l.served = end
 	}
 	return nil
 }
@@ -831,11 +838,20 @@ func (l *Lock) lost(reason dlock.Reason, cause error) {
 	// still holds is given up on every node, after the context ended, in
 	// the background: left to expire, the keys on the nodes that answered
 	// the last renewal blocked the next holder for up to a TTL.
-	// (TestLossReleasesWhatIsHeld.)
+	// (TestLossReleasesWhatIsHeld.) A lock whose validity ran out gives
+	// them up at the end of the last lease a quorum confirmed, not before:
+	// the margin before it is the holder's, for its work to see the
+	// context end and stop (TestLapsedLockKeepsMarginBeforeNextHolder). A
+	// lock gone on a majority is given up at once: it is no longer held.
 	l.r.untrack(l)
-	ttl, _ := l.lease()
+	l.mu.Lock()
+	ttl, at := l.ttl, l.served
+	l.mu.Unlock()
+	if reason != dlock.ReasonExpired {
+		at = time.Time{}
+	}
 	for i := range l.r.nodes {
-		l.r.giveBack(l.ctx, i, l.keys, l.token, ttl, giveUpLock)
+		l.r.giveBackAt(l.ctx, i, l.keys, l.token, ttl, giveUpLock, at)
 	}
 }
 
