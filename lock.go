@@ -55,7 +55,7 @@ type redisLock struct {
 	// any lease Redis confirmed, each dated from its send time. Redis never
 	// shortens a lease (see extend in common.lua), so whatever order lease
 	// changes ran in, the lease in Redis ends after until.
-	until    time.Time
+	until time.Time
 	// served is the end in Redis of the latest lease Redis confirmed
 	// (send time + its ttl, no margin), and asked the latest end any
 	// lease asked for (an acquisition, a renewal or Refresh sent, answered
@@ -63,7 +63,7 @@ type redisLock struct {
 	// key beyond served (see giveBackLapsed).
 	served, asked time.Time
 	deadline      *time.Timer // fires at until unless a renewal moved it
-	holdDone bool        // renewal stopped at the hold limit
+	holdDone      bool        // renewal stopped at the hold limit
 	// renewFailures counts the renewals in a row that got no answer.
 	renewFailures int
 	entry         lease.Entry // the lock's place in the renewer

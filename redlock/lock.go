@@ -44,8 +44,8 @@ type Lock struct {
 
 	mu     sync.Mutex
 	state  state
-	fences []int64       // per node; 0 where the node has not granted
-	valid  time.Time     // end of the quorum's validity
+	fences []int64   // per node; 0 where the node has not granted
+	valid  time.Time // end of the quorum's validity
 	// served is the end on the nodes of the last lease a quorum confirmed
 	// (its send time + its ttl, no margin): a lapsed lock's keys are given
 	// back then, not at valid (see lost).
