@@ -33,10 +33,10 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 
 // tryAcquire is TryAcquire's attempt, as an acquisition Close waits for.
 func (c *Client) tryAcquire(ctx context.Context, name string, ac acquireConfig) (*redisLock, error) {
-	if !c.begin() {
+	if !c.own.Begin() {
 		return nil, opError("acquire", name, ErrClosed)
 	}
-	defer c.end()
+	defer c.own.End()
 	r := c.attempt(ctx, name, c.keys(name), ac, ac.newToken(), false)
 	return c.afterClose(ctx, name, r.lock, r.err)
 }
@@ -70,10 +70,10 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 
 // acquireTracked is acquire as an acquisition Close waits for.
 func (c *Client) acquireTracked(ctx context.Context, name string, ac acquireConfig) (*redisLock, error) {
-	if !c.begin() {
+	if !c.own.Begin() {
 		return nil, opError("acquire", name, ErrClosed)
 	}
-	defer c.end()
+	defer c.own.End()
 	l, err := c.acquire(ctx, name, ac)
 	return c.afterClose(ctx, name, l, err)
 }
@@ -96,7 +96,7 @@ func (c *Client) acquired(ctx context.Context, name string, start time.Time, l *
 // (it waits for the acquisitions in flight): Close may have released what
 // it knew of before this lock was made, and stops renewal.
 func (c *Client) afterClose(ctx context.Context, name string, l *redisLock, err error) (*redisLock, error) {
-	if l == nil || !c.closed.Load() {
+	if l == nil || !c.own.Closed() {
 		return l, err
 	}
 	_ = l.Release(ctx)
@@ -341,19 +341,12 @@ func isServerReply(err error) bool {
 // lease.GiveBackHorizon): a grant of ttl (or a hand-off) for ttl, a queue
 // entry for waiterAlive(ttl), unless Close has begun.
 func (c *Client) giveBack(ctx context.Context, k node.Keys, token string, ttl time.Duration) {
-	c.hmu.Lock()
-	if c.bgClosed {
-		c.hmu.Unlock()
-		_ = c.withdraw(ctx, k, token)
-		return
-	}
-	c.bg.Add(1)
-	c.hmu.Unlock()
-	go func() {
-		defer c.bg.Done()
+	if !c.goBackground(func() {
 		until := time.Now().Add(lease.GiveBackHorizon(ttl, waiterAlive(ttl)))
 		c.retryWithdraw(ctx, k, token, node.ReleaseArgs{Record: releaseRecordTTL, GiveUp: true}, until)
-	}()
+	}) {
+		_ = c.withdraw(ctx, k, token) // Close has begun: one try, here
+	}
 }
 
 // retryWithdraw runs the release script with a for token until it gets an
@@ -399,7 +392,7 @@ func (c *Client) withdrawWith(ctx context.Context, k node.Keys, token string, a 
 // gaveUp is the error of a wait that ended without the lock: busy, and also
 // the caller's context error when that context ended it.
 func (c *Client) gaveUp(ctx context.Context, name string, holder time.Duration) error {
-	if c.closed.Load() {
+	if c.own.Closed() {
 		return opError("acquire", name, ErrClosed)
 	}
 	return opError("acquire", name, &NotObtainedError{Name: name, HolderTTL: holder, cause: ctx.Err(), waited: ctx.Err() == nil})

@@ -46,11 +46,7 @@ func (h *holdMatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-func drainedOf(c *Client) chan struct{} {
-	c.hmu.Lock()
-	defer c.hmu.Unlock()
-	return c.drained
-}
+func draining(c *Client) bool { return c.own.Draining() }
 
 // closesWaiting counts the goroutines waiting in a select inside
 // Client.Close (for the acquisitions in flight).
@@ -103,7 +99,7 @@ func TestConcurrentCloseDoesNotWaitOutReleaseTimeout(t *testing.T) {
 
 	first := make(chan time.Time, 1)
 	go func() { _ = c.Close(context.Background()); first <- time.Now() }()
-	waitInternal(t, "the first Close to wait for the acquisition", func() bool { return closesWaiting() == 1 && drainedOf(c) != nil })
+	waitInternal(t, "the first Close to wait for the acquisition", func() bool { return closesWaiting() == 1 && draining(c) })
 	second := make(chan time.Time, 1)
 	go func() { _ = c.Close(context.Background()); second <- time.Now() }()
 	waitInternal(t, "the second Close to wait too", func() bool { return closesWaiting() == 2 })

@@ -28,10 +28,22 @@ func HoldBatches(c *Client) { c.batch.SetStallBound(time.Hour) }
 // InFlight returns how many acquisitions of c are under way: Close waits
 // for them.
 func InFlight(c *Client) int {
-	c.hmu.Lock()
-	defer c.hmu.Unlock()
-	return c.inflight
+	return c.own.Busy()
 }
 
 // ServerChecked reports whether c's one-time check of the server is done.
 func ServerChecked(c *Client) bool { return c.server.verdict.Load() != nil }
+
+// HoldBackDeadline stops l's deadline timer, as a scheduler that does not
+// run the timer's goroutine in time (GC, CPU starvation, a stopped
+// process) holds it back: the lease deadline is then found only by the
+// next Context call, or a renewal's answer.
+func HoldBackDeadline(l Lock) {
+	if h, ok := l.(*reentrantLock); ok {
+		l = h.r.lock
+	}
+	rl := l.(*redisLock)
+	rl.mu.Lock()
+	rl.life.Disarm()
+	rl.mu.Unlock()
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,8 +22,7 @@ type Client struct {
 	cfg config
 	// batch sends the lock calls (acquire, release, refresh, TTL): calls
 	// made while others are out leave together (WithBatchDepth).
-	batch  *node.Batcher
-	closed atomic.Bool
+	batch *node.Batcher
 	// closing is cancelled by Close: it ends the waits under way and the
 	// retries of the background work.
 	closing    context.Context
@@ -39,21 +37,14 @@ type Client struct {
 	queues map[string]*localQueue // goroutines of this process waiting per name
 
 	renewer *lease.Renewer
-	// bg counts the background goroutines Close waits for: tokens given
-	// back (giveBack) and the server check. Add under hmu.
-	bg sync.WaitGroup
-
-	hmu  sync.Mutex
-	held map[*redisLock]struct{} // locks not yet released or lost, for Close
-	// bgClosed: Close is waiting for bg, so no more may start.
-	bgClosed bool
-	// inflight counts the acquisitions under way (TryAcquire, Acquire),
-	// which Close waits for: one whose grant is in Redis with its reply
-	// still out would otherwise be released only after Close returned, or
-	// never, once the process exits. drained is closed when the last ends
-	// after Close began.
-	inflight int
-	drained  chan struct{}
+	// own is what the client owns, for Close (see lease.Owner): its held
+	// locks; the acquisitions under way (TryAcquire, Acquire), which Close
+	// waits for, since one whose grant is in Redis with its reply still
+	// out would otherwise be released only after Close returned, or never,
+	// once the process exits; and its background work (tokens given back,
+	// the server check), which may start until Close has released what it
+	// holds, so that a release that fails still gives its grant back.
+	own *lease.Owner[*redisLock]
 
 	server serverCheck // checkServer's verdict on the Redis server
 }
@@ -89,7 +80,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c := &Client{
 		rdb: rdb, cfg: cfg, id: newToken()[:16],
 		notify: newNotifier(rdb), queues: map[string]*localQueue{},
-		held: map[*redisLock]struct{}{}, batch: node.NewBatcher(rdb, cfg.batchDepth),
+		own: lease.NewOwner[*redisLock](), batch: node.NewBatcher(rdb, cfg.batchDepth),
 	}
 	c.renewer = lease.NewRenewer()
 	c.closing, c.closeWaits = context.WithCancel(context.Background())
@@ -126,83 +117,29 @@ func MustNew(rdb redis.UniversalClient, opts ...Option) *Client {
 // An acquisition still waiting for Redis when the bound passes gives its
 // grant back when its reply comes, or leaves it to expire with its TTL.
 func (c *Client) Close(ctx context.Context) error {
-	c.hmu.Lock()
-	c.closed.Store(true) // under hmu: no acquisition begins after this
-	var drained chan struct{}
-	if c.inflight > 0 {
-		// One channel for every Close under way: a second Close must not
-		// replace the one the first waits on.
-		if c.drained == nil {
-			c.drained = make(chan struct{})
-		}
-		drained = c.drained
-	}
-	c.hmu.Unlock()
+	// No acquisition begins after this; those under way are waited for.
+	locks, drained := c.own.Shut()
 	c.closeWaits()
 	rctx, cancel := c.cleanupContext(ctx)
 	defer cancel()
 	// The locks held now are released while the acquisitions in flight
 	// finish; one that obtains a lock releases it itself (afterClose).
-	c.hmu.Lock()
-	locks := make([]*redisLock, 0, len(c.held))
-	for l := range c.held {
-		locks = append(locks, l)
-	}
-	c.hmu.Unlock()
 	var errs []error
 	for _, l := range locks {
 		if err := l.release(rctx, errClosedRelease); err != nil && !errors.Is(err, ErrNotHeld) {
 			errs = append(errs, err)
 		}
 	}
-	if drained != nil {
-		select {
-		case <-drained:
-		case <-rctx.Done():
-		}
-	}
+	lease.Drained(rctx, drained)
 	c.renewer.Close()
-	c.hmu.Lock()
-	c.bgClosed = true
-	c.hmu.Unlock()
-	c.bg.Wait()
+	c.own.WaitBackground()
 	c.notify.close()
 	return errors.Join(errs...)
 }
 
-// begin counts an acquisition under way, unless Close has begun.
-func (c *Client) begin() bool {
-	c.hmu.Lock()
-	defer c.hmu.Unlock()
-	if c.closed.Load() {
-		return false
-	}
-	c.inflight++
-	return true
-}
-
-// end uncounts an acquisition begin counted.
-func (c *Client) end() {
-	c.hmu.Lock()
-	defer c.hmu.Unlock()
-	c.inflight--
-	if c.inflight == 0 && c.drained != nil {
-		close(c.drained)
-		c.drained = nil
-	}
-}
-
-func (c *Client) track(l *redisLock) {
-	c.hmu.Lock()
-	c.held[l] = struct{}{}
-	c.hmu.Unlock()
-}
-
-func (c *Client) untrack(l *redisLock) {
-	c.hmu.Lock()
-	delete(c.held, l)
-	c.hmu.Unlock()
-}
+// goBackground runs fn on a goroutine that Close waits for, and reports
+// false, running nothing, once Close has stopped background work.
+func (c *Client) goBackground(fn func()) bool { return c.own.Go(fn) }
 
 // keys returns the keys of the lock name under the client's prefix.
 func (c *Client) keys(name string) node.Keys { return node.KeysOf(c.cfg.prefix, name) }
@@ -236,7 +173,7 @@ func (c *Client) cleanupContext(ctx context.Context) (context.Context, context.C
 // checkUsable reports why no call may run now: a closed client, or a
 // context that has already ended.
 func (c *Client) checkUsable(ctx context.Context) error {
-	if c.closed.Load() {
+	if c.own.Closed() {
 		return ErrClosed
 	}
 	return ctx.Err()

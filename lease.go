@@ -60,7 +60,7 @@ func (l *redisLock) leaseLeft() time.Duration { return time.Until(l.until) }
 func (l *redisLock) confirm(sent time.Time, ttl time.Duration, setTTL, last bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != held {
+	if !l.life.Held() {
 		return false
 	}
 	if last {
@@ -77,7 +77,7 @@ func (l *redisLock) confirm(sent time.Time, ttl time.Duration, setTTL, last bool
 	}
 	if end := leaseEnd(sent, ttl); end.After(l.until) {
 		l.until = end
-		l.deadline.Reset(l.leaseLeft())
+		l.life.Rearm(l.leaseLeft())
 	}
 	return true
 }
@@ -98,13 +98,13 @@ func (l *redisLock) askLocked(sent time.Time, ttl time.Duration) {
 // give-back frees.
 func (l *redisLock) leaseEnded() {
 	l.mu.Lock()
-	if l.state != held {
+	if !l.life.Held() {
 		l.mu.Unlock()
 		return
 	}
 	if left := l.leaseLeft(); left > 0 {
 		// A renewal moved the deadline while this timer was firing.
-		l.deadline.Reset(left)
+		l.life.Rearm(left)
 		l.mu.Unlock()
 		return
 	}
@@ -124,8 +124,14 @@ func (l *redisLock) leaseEnded() {
 	// run in Redis with its reply still out, or lost: the key is then ours
 	// beyond that lease, renewed and released by nobody, and the next
 	// holder would wait it out. (A Release under way frees it itself.)
-	giveBack := l.asked.After(l.served) && !l.releasing
+	// Not before the margin after now either: a deadline found late (its
+	// timer held back by GC or a starved CPU, Context asked after a stop)
+	// ends the context only now (TestLateLapseGiveBackKeepsMarginAfterContextEnd).
 	at, until := l.served, l.asked
+	if m := time.Now().Add(lease.Margin(l.ttl)); m.After(at) {
+		at = m
+	}
+	giveBack := until.After(at) && !l.releasing
 	l.mu.Unlock()
 	l.announce(lost, reason, e)
 	if giveBack {
@@ -144,21 +150,13 @@ func (l *redisLock) leaseEnded() {
 // TestLapsedRenewalKeepsMinHold.)
 func (l *redisLock) giveBackLapsed(at, until time.Time) {
 	c := l.c
-	c.hmu.Lock()
-	if c.bgClosed {
-		c.hmu.Unlock()
-		return // Close has begun: the key expires with its lease
-	}
-	c.bg.Add(1)
-	c.hmu.Unlock()
 	a := node.ReleaseArgs{Record: releaseRecordTTL, GiveUp: true, MinHold: l.minHold}
-	go func() {
-		defer c.bg.Done()
-		if !c.pause(time.Until(at)) {
-			return
+	// Refused once Close has begun: the key expires with its lease.
+	c.goBackground(func() {
+		if c.pause(time.Until(at)) {
+			c.retryWithdraw(l.acquirer, l.keys, l.token, a, until)
 		}
-		c.retryWithdraw(l.acquirer, l.keys, l.token, a, until)
-	}()
+	})
 }
 
 // ending is what announce needs of a lock that markLocked just ended.
@@ -173,19 +171,13 @@ type ending struct {
 // when the lock had ended already (released, or lost and to is lost). l.mu
 // must be held; announce must follow once it is let go.
 func (l *redisLock) markLocked(to lockState, cause error) (ending, bool) {
-	from := l.state
-	if from == released || (from == lost && to == lost) {
+	if !l.life.End(to, cause) {
 		return ending{}, false
 	}
-	l.state = to
-	if l.cause == nil {
-		l.cause = cause
-	}
-	l.deadline.Stop()
 	// The first cause wins also on the context: a Release that runs while a
 	// loss is still being reported to the observers must not make the loss
 	// read as a release (Run would then report a clean end).
-	return ending{cancel: l.cancel, first: l.cause, ttl: l.ttl, cause: cause}, true
+	return ending{cancel: l.cancel, first: l.life.Cause(), ttl: l.ttl, cause: cause}, true
 }
 
 // announce tells of an ending that markLocked made: a loss to the
@@ -199,7 +191,7 @@ func (l *redisLock) announce(to lockState, reason Reason, e ending) {
 		e.cancel(e.first)
 	}
 	l.c.renewer.Forget(&l.entry)
-	l.c.untrack(l)
+	l.c.own.Untrack(l)
 }
 
 // end moves a held lock to released or lost, once, and cancels its context

@@ -197,3 +197,53 @@ func TestLapsedRenewalKeepsMinHold(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestLateLapseGiveBackKeepsMarginAfterContextEnd: the give-back of a
+// lapsed lock exists to free a key an unconfirmed renewal kept alive, and
+// must never let the next holder in before the first holder's context has
+// ended by the lease margin: the margin is what its work has to see the end
+// and stop. When the deadline is found late (the timer's goroutine held
+// back past the end of the last confirmed lease, as under GC or CPU
+// starvation, or a holder that asks Context after a stop), giveBackLapsed
+// waits until served, which has already passed: the key that the renewal
+// (ran in Redis, reply held back) keeps ours until ~start+ttl/3+ttl is
+// freed the instant the context ends, and the next holder is in at once.
+// Without the give-back, that renewal's lease would still keep it out.
+func TestLateLapseGiveBackKeepsMarginAfterContextEnd(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	gate := newReplyGate("dlock:{late-lapse}", 1)
+	gate.pipelines = true
+	rdb.AddHook(gate)
+	c := newLocker(t, rdb)
+	t.Cleanup(gate.release)
+	other := newLocker(t, srv.Client(t))
+
+	const ttl = time.Second // margin 100 ms; the held renewal leases to ~1.33 s
+	start := time.Now()
+	l := mustAcquire(t, c, "late-lapse", dlock.WithTTL(ttl))
+	<-gate.held // the first renewal ran in Redis; its reply is held back
+	dlock.HoldBackDeadline(l)
+	// Past the end of the confirmed lease (start+ttl), well before the end
+	// of the renewal's (~start+1.33s).
+	time.Sleep(time.Until(start.Add(ttl + 50*time.Millisecond)))
+	ctx := l.Context() // finds the deadline passed: the loss, now
+	ended := time.Now()
+	if !errors.Is(context.Cause(ctx), dlock.ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", context.Cause(ctx))
+	}
+	margin := ttl / 10
+	for time.Since(ended) < margin {
+		o, err := other.TryAcquire(bg, "late-lapse", dlock.WithTTL(ttl))
+		if err == nil {
+			got := time.Since(ended)
+			_ = o.Release(bg)
+			t.Fatalf("a second holder got the lock %v after the first holder's context ended (margin %v); the renewal's lease would have kept it out until ~%v after",
+				got.Round(time.Millisecond), margin, start.Add(ttl+ttl/3).Sub(ended).Round(time.Millisecond))
+		}
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

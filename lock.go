@@ -45,9 +45,12 @@ type redisLock struct {
 	// lease.Renewer.mu); never the other way round.
 	releaseMu sync.Mutex
 
-	mu    sync.Mutex // guards the fields below
-	state lockState
-	ttl   time.Duration // the lease each renewal asks for: WithTTL, or the last Refresh
+	mu sync.Mutex // guards the fields below
+	// life is the lock's state (held, then released or lost), why it
+	// ended, and its deadline timer, which fires at until unless a renewal
+	// moved it: the engine's one copy of those rules.
+	life lease.Life
+	ttl  time.Duration // the lease each renewal asks for: WithTTL, or the last Refresh
 	// leased is the send time of the latest confirmed acquire, renewal or
 	// refresh: renewals are scheduled from it.
 	leased time.Time
@@ -62,27 +65,26 @@ type redisLock struct {
 	// or not): when asked is later, a lease nobody heard of may hold the
 	// key beyond served (see giveBackLapsed).
 	served, asked time.Time
-	deadline      *time.Timer // fires at until unless a renewal moved it
-	holdDone      bool        // renewal stopped at the hold limit
+	holdDone      bool // renewal stopped at the hold limit
 	// renewFailures counts the renewals in a row that got no answer.
 	renewFailures int
 	entry         lease.Entry // the lock's place in the renewer
 	// releasing: a Release is under way. A renewal or Refresh that finds the
 	// lock gone then saw our own release, not a loss.
 	releasing bool
-	cause     error // why the lock ended, once it has
 	// The lock's context is made on the first call of Context: most
 	// callers of Acquire never ask for it, and it costs allocations.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 }
 
-type lockState int
+// lockState is the lock's phase in the engine's Life.
+type lockState = lease.Phase
 
 const (
-	held lockState = iota
-	released
-	lost
+	held     = lease.Held
+	released = lease.Released
+	lost     = lease.Lost
 )
 
 func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token string, fence int64, ac acquireConfig, sent time.Time) *redisLock {
@@ -95,9 +97,9 @@ func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token st
 	l.acquirer = ctx
 	// Tracked before the deadline timer exists: a lease already over fires
 	// it at once, and its untrack must come after this track.
-	c.track(l)
+	c.own.Track(l) // refused once Close began: afterClose releases it
 	l.mu.Lock()
-	l.deadline = time.AfterFunc(l.leaseLeft(), l.leaseEnded)
+	l.life.Arm(l.leaseLeft(), l.leaseEnded)
 	l.renewLater()
 	l.mu.Unlock()
 	return l
@@ -141,7 +143,7 @@ func (l *redisLock) Context() context.Context {
 	// timer's goroutine may run only after the holder has asked and begun
 	// its work. (TestContextOfLeaseOverIsEndedAtOnce.)
 	l.mu.Lock()
-	over := l.state == held && l.leaseLeft() <= 0
+	over := l.life.Held() && l.leaseLeft() <= 0
 	l.mu.Unlock()
 	if over {
 		l.leaseEnded()
@@ -155,8 +157,8 @@ func (l *redisLock) Context() context.Context {
 		// FromContext on it finds this lock and not one the acquirer's
 		// context held.
 		l.ctx, l.cancel = context.WithCancelCause(NewContext(context.WithoutCancel(l.acquirer), l))
-		if l.state != held {
-			l.cancel(l.cause)
+		if !l.life.Held() {
+			l.cancel(l.life.Cause())
 		}
 	}
 	return l.ctx
@@ -197,6 +199,12 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	sent := time.Now()
 	l.mu.Lock()
+	if !l.life.Held() {
+		// Ended since the look above: a refresh sent now would lease the
+		// key for nobody, with no give-back to free it.
+		l.mu.Unlock()
+		return opError("refresh", l.name, ErrNotHeld)
+	}
 	ttl, within, last := l.capAtHold(sent, ttl)
 	if within {
 		l.askLocked(sent, ttl)
@@ -269,6 +277,17 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	res, err := l.c.releaseWith(ctx, l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL, MinHold: l.minHold})
 	if err != nil {
 		l.setReleasing(false)
+		// A lapsed lock whose give-back was left to this Release
+		// (leaseEnded skips it while one is under way): the key a renewal
+		// may have leased for nobody is given back now, the holder being
+		// done with it.
+		l.mu.Lock()
+		now := time.Now()
+		lapsed, until := l.life.Phase() == lost && l.asked.After(now), l.asked
+		l.mu.Unlock()
+		if lapsed {
+			l.giveBackLapsed(now, until)
+		}
 	}
 	e := ReleaseEvent{Name: l.name, Held: time.Since(l.start), AfterLoss: l.is(lost), TTL: l.leaseTTL()}
 	switch {
@@ -344,7 +363,7 @@ func (l *redisLock) refreshScript(ctx context.Context, ttl time.Duration) (bool,
 func (l *redisLock) lostCause() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.cause
+	return l.life.Cause()
 }
 
 func (l *redisLock) setReleasing(v bool) {
@@ -362,7 +381,7 @@ func (l *redisLock) isReleasing() bool {
 func (l *redisLock) is(s lockState) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.state == s
+	return l.life.Phase() == s
 }
 
 // warnLongHold reports a hold of held that ran past the lock's warning

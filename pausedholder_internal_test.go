@@ -47,7 +47,7 @@ func TestMultiLockContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range m.locks {
-		l.(*redisLock).deadline.Stop() // the timers have not run yet
+		l.(*redisLock).life.Disarm() // the timers have not run yet
 	}
 	time.Sleep(ttl)
 	if cause := context.Cause(m.Context()); !errors.Is(cause, ErrLockLost) {
@@ -113,7 +113,7 @@ func pausedLock(t *testing.T, c *Client, name string, ttl time.Duration, opts ..
 	if h, ok := l.(*reentrantLock); ok {
 		inner = h.r.lock
 	}
-	inner.(*redisLock).deadline.Stop()
+	inner.(*redisLock).life.Disarm()
 	time.Sleep(ttl)
 	return l
 }

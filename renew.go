@@ -28,7 +28,7 @@ func renewAt(leased time.Time, ttl time.Duration) time.Time {
 // lease already given up); renewal.Call looks again when the call leaves.
 func (l *redisLock) Renewal(now time.Time) ([]lease.Part, lease.Round, bool) {
 	l.mu.Lock()
-	if l.state != held {
+	if !l.life.Held() {
 		l.mu.Unlock()
 		return nil, nil, false
 	}
@@ -54,7 +54,7 @@ func (r *renewal) Call(_ int, now time.Time) (node.Call, bool) {
 	l := r.l
 	l.mu.Lock()
 	ttl, ok, last := l.capAtHold(now, l.ttl)
-	live := l.state == held && now.Before(l.until)
+	live := l.life.Held() && now.Before(l.until)
 	if ok && live {
 		l.askLocked(now, ttl)
 	}
@@ -119,7 +119,7 @@ func (r *renewal) Answer(_ int, reply node.Reply) {
 // scheduleLocked has the renewer renew l at next, if l is still held and
 // renewed in the background. l.mu must be held (see lease.Renewer.mu).
 func (l *redisLock) scheduleLocked(next time.Time) {
-	if l.renew && l.state == held {
+	if l.renew && l.life.Held() {
 		l.c.renewer.Schedule(&l.entry, l, next)
 	}
 }

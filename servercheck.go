@@ -55,21 +55,14 @@ func (c *Client) serverVerdictNow() error {
 	if !c.server.probing.CompareAndSwap(false, true) {
 		return nil
 	}
-	c.hmu.Lock()
-	if c.bgClosed {
-		c.hmu.Unlock()
-		c.server.probing.Store(false)
-		return nil
-	}
-	c.bg.Add(1)
-	c.hmu.Unlock()
-	go func() {
-		defer c.bg.Done()
+	if !c.goBackground(func() {
 		defer c.server.probing.Store(false)
 		ctx, cancel := context.WithTimeout(c.closing, serverCheckTimeout)
 		defer cancel()
 		_ = c.checkServer(ctx)
-	}()
+	}) {
+		c.server.probing.Store(false)
+	}
 	return nil
 }
 

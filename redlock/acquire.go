@@ -298,10 +298,10 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 	if err := ctx.Err(); err != nil {
 		return nil, 0, opError("acquire", name, err) // nothing sent
 	}
-	if !r.beginTry() {
+	if !r.own.Begin() {
 		return nil, 0, opError("acquire", name, dlock.ErrClosed) // nothing sent
 	}
-	defer r.tries.Done()
+	defer r.own.End()
 	k := node.KeysOf(r.cfg.prefix, name)
 	token := newToken()
 	start := time.Now()
@@ -372,7 +372,7 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 	}
 
 	if l != nil {
-		if !r.track(l) {
+		if !r.own.Track(l) {
 			// Close has begun: it cannot know of this lock.
 			rctx, cancel := r.cleanupContext(ctx)
 			defer cancel()

@@ -601,3 +601,77 @@ func TestLapsedLockKeepsMarginBeforeNextHolder(t *testing.T) {
 		}
 	}
 }
+
+// lateRefreshReplies holds back, once armed, the replies of refresh
+// commands (EVALSHA/EVAL, one key, token, ttl) after the node ran them
+// (not a NOSCRIPT answer: the EVAL sent next is what runs).
+type lateRefreshReplies struct {
+	armed atomic.Bool
+	delay time.Duration
+}
+
+func (h *lateRefreshReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lateRefreshReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *lateRefreshReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		a := cmd.Args()
+		if err == nil && h.armed.Load() && len(a) == 6 && (a[0] == "evalsha" || a[0] == "eval") && fmt.Sprint(a[2]) == "1" {
+			time.Sleep(h.delay)
+		}
+		return err
+	}
+}
+
+// TestLateLapseGiveBackKeepsMarginAfterContextEnd: as the root package's
+// test of the name. A Refresh that ran on every node (leases to
+// start+0.3s+ttl) but whose replies came too late extends no validity;
+// the deadline timer is held back, and the loss is found by Context past
+// served (start+ttl). lost gives the keys back at served, already past: at
+// once, the instant the context ends, while the nodes' leases would have
+// kept the next holder out for ~250 ms more.
+func TestLateLapseGiveBackKeepsMarginAfterContextEnd(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	_, probes := startNodesOn(t, rdbs)
+	hook := &lateRefreshReplies{delay: 1500 * time.Millisecond}
+	for _, rdb := range rdbs {
+		rdb.AddHook(hook)
+	}
+	r := newRedlock(t, rdbs)
+	second := newRedlock(t, probes)
+	const ttl = time.Second
+	start := time.Now()
+	l, err := r.TryAcquire(bg, "late-lapse", dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.HoldBackDeadline(l.(*redlock.Lock))
+	time.Sleep(time.Until(start.Add(300 * time.Millisecond)))
+	hook.armed.Store(true)
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- l.Refresh(bg, ttl) }()
+	time.Sleep(time.Until(start.Add(ttl + 50*time.Millisecond)))
+	ctx := l.Context()
+	ended := time.Now()
+	if !errors.Is(context.Cause(ctx), dlock.ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", context.Cause(ctx))
+	}
+	margin := ttl / 10
+	for time.Since(ended) < margin {
+		o, err := second.TryAcquire(bg, "late-lapse", dlock.WithTTL(ttl))
+		if err == nil {
+			got := time.Since(ended)
+			_ = o.Release(bg)
+			t.Fatalf("a second holder got the lock %v after the first holder's context ended (margin %v); the refreshed leases would have kept it out ~%v more",
+				got.Round(time.Millisecond), margin, start.Add(300*time.Millisecond+ttl).Sub(ended).Round(time.Millisecond))
+		}
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	hook.armed.Store(false)
+	<-refreshed
+}

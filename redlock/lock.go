@@ -39,38 +39,28 @@ type Lock struct {
 	// releaseMu makes releases (Release, Close) run one at a time, over
 	// their round trips; mu guards the fields below and is never held over
 	// one. Order: releaseMu, then mu, then the renewer's (lease.Renewer.mu);
-	// the Redlock's mu is never taken with mu held, nor mu with it.
+	// the Redlock's owner (lease.Owner) is never asked with mu held.
 	releaseMu sync.Mutex
 
-	mu     sync.Mutex
-	state  state
+	mu sync.Mutex
+	// life is the lock's state (held, then released or lost), why it
+	// ended (set before the context is cancelled: the observers of a loss
+	// are told first), and its deadline timer, which fires at the end of
+	// the validity unless a renewal moved it: the validity is enforced by
+	// its own timer, never by waiting for a renewal, so a node that does
+	// not answer cannot keep the lock's context alive past it. The
+	// engine's one copy of those rules.
+	life   lease.Life
 	fences []int64   // per node; 0 where the node has not granted
 	valid  time.Time // end of the quorum's validity
 	// served is the end on the nodes of the last lease a quorum confirmed
 	// (its send time + its ttl, no margin): a lapsed lock's keys are given
 	// back then, not at valid (see lost).
-	served time.Time
-	ttl    time.Duration // the lease renewals ask for: WithTTL, or the last Refresh
-	// endCause is what the context ends with, set with state lost (the
-	// loss) or released (the release's cause), before the context is
-	// cancelled: the observers of a loss are told first.
-	endCause error
-	// deadline fires at the end of the validity (unless a renewal moved
-	// it, then it is set again): the validity is enforced by its own
-	// timer, never by waiting for a renewal, so a node that does not
-	// answer cannot keep the lock's context alive past it.
-	deadline *time.Timer
-	failures int         // renewals in a row that did not reach a quorum
-	entry    lease.Entry // the lock's place in the Redlock's renewer
+	served   time.Time
+	ttl      time.Duration // the lease renewals ask for: WithTTL, or the last Refresh
+	failures int           // renewals in a row that did not reach a quorum
+	entry    lease.Entry   // the lock's place in the Redlock's renewer
 }
-
-type state int
-
-const (
-	held state = iota
-	lost
-	released
-)
 
 func (r *Redlock) newLock(ctx context.Context, name string, k node.Keys, token string, s dlock.AcquireSettings,
 	start, valid time.Time, fences []int64, fence int64) *Lock {
@@ -169,7 +159,7 @@ func (l *Lock) Context() context.Context {
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != held {
+	if !l.life.Held() {
 		return 0, opError("ttl", l.name, dlock.ErrNotHeld)
 	}
 	return max(time.Until(l.valid), 0), nil
@@ -224,9 +214,9 @@ const (
 // forced record refuses the token's re-takes: TestForcedUnlockNodeByNodeStaysForced).
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration, setTTL bool) (outcome, error) {
 	l.mu.Lock()
-	st, fences := l.state, slices.Clone(l.fences)
+	st, fences := l.life.Held(), slices.Clone(l.fences)
 	l.mu.Unlock()
-	if st != held {
+	if !st {
 		return ended, opError("refresh", l.name, dlock.ErrNotHeld)
 	}
 	start := time.Now()
@@ -359,11 +349,12 @@ func (l *Lock) conclude(ctx context.Context, t *refreshTally, start time.Time, t
 func (l *Lock) extend(start time.Time, ttl time.Duration, setTTL bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != held {
-		// endCause, not the context's: a loss is told to the observers
-		// before the context ends, and the context's cause read then was
-		// nil ("not held: %!w(<nil>)": TestRefreshAcrossLossNamesItsCause).
-		return opError("refresh", l.name, fmt.Errorf("%w: %w", dlock.ErrNotHeld, l.endCause))
+	if !l.life.Held() {
+		// The life's cause, not the context's: a loss is told to the
+		// observers before the context ends, and the context's cause read
+		// then was nil ("not held: %!w(<nil>)":
+		// TestRefreshAcrossLossNamesItsCause).
+		return opError("refresh", l.name, fmt.Errorf("%w: %w", dlock.ErrNotHeld, l.life.Cause()))
 	}
 	if setTTL {
 		l.ttl = ttl
@@ -426,7 +417,7 @@ func (l *Lock) retake(ctx context.Context, i int, ttl time.Duration, until time.
 // sends nothing for a lock that has ended or whose validity has run out.
 func (l *Lock) Renewal(now time.Time) ([]lease.Part, lease.Round, bool) {
 	l.mu.Lock()
-	if l.state != held || !now.Before(l.valid) {
+	if !l.life.Held() || !now.Before(l.valid) {
 		l.mu.Unlock()
 		return nil, nil, false
 	}
@@ -523,7 +514,7 @@ func (rn *renewal) Answer(i int, reply node.Reply) {
 func (l *Lock) begin() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.deadline = time.AfterFunc(time.Until(l.valid), l.atDeadline)
+	l.life.Arm(time.Until(l.valid), l.atDeadline)
 	l.scheduleLocked(time.Now().Add(nextRenewal(l.ttl, l.valid)))
 }
 
@@ -532,9 +523,7 @@ func (l *Lock) begin() {
 func (l *Lock) atDeadline() {
 	if left := l.expire(l.validityCause()); left > 0 {
 		l.mu.Lock()
-		if l.state == held {
-			l.deadline.Reset(left)
-		}
+		l.life.Rearm(left)
 		l.mu.Unlock()
 	}
 }
@@ -542,7 +531,7 @@ func (l *Lock) atDeadline() {
 // scheduleLocked has the renewer renew l at next, if l is held and renewed
 // in the background. l.mu must be held (see lease.Renewer.mu).
 func (l *Lock) scheduleLocked(next time.Time) {
-	if l.renew && l.state == held {
+	if l.renew && l.life.Held() {
 		l.r.renewer.Schedule(&l.entry, l, next)
 	}
 }
@@ -551,9 +540,7 @@ func (l *Lock) scheduleLocked(next time.Time) {
 func (l *Lock) stopped() {
 	l.r.renewer.Forget(&l.entry)
 	l.mu.Lock()
-	if l.deadline != nil {
-		l.deadline.Stop()
-	}
+	l.life.Disarm()
 	l.mu.Unlock()
 }
 
@@ -596,21 +583,20 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	// loss the deadline would have made, not a release of a valid lock.
 	l.endIfOver()
 	l.mu.Lock()
-	if l.state == released {
+	if l.life.Phase() == lease.Released {
 		l.mu.Unlock()
 		return opError("release", l.name, dlock.ErrNotHeld)
 	}
-	afterLoss := l.state == lost
+	afterLoss := l.life.Phase() == lease.Lost
 	if afterLoss {
 		// The loss is the context's cause even if lose is still telling
 		// the observers and has not cancelled it yet: Run must not read
 		// the loss as a release.
-		cause = l.endCause
+		cause = l.life.Cause()
 	}
 	// Released before the nodes are asked: a late grant that arrives now
 	// is given back, not joined.
-	l.state = released
-	l.endCause = cause
+	l.life.End(lease.Released, cause)
 	fences := slices.Clone(l.fences)
 	valid := l.valid
 	l.mu.Unlock()
@@ -624,7 +610,7 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	l.cancel(cause)
 	t := l.releaseNodes(ctx, fences, valid)
 	n, notOurs, errs := t.released, t.notOurs, t.errs
-	l.r.untrack(l)
+	l.r.own.Untrack(l)
 	e := dlock.ReleaseEvent{Name: l.name, Result: dlock.ResultOK, Held: time.Since(l.start), AfterLoss: afterLoss}
 	var err error
 	switch {
@@ -764,7 +750,7 @@ type releaseTally struct {
 func (l *Lock) join(i int, fence int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != held || !time.Now().Before(l.valid) {
+	if !l.life.Held() || !time.Now().Before(l.valid) {
 		return false
 	}
 	l.fences[i] = fence
@@ -774,14 +760,11 @@ func (l *Lock) join(i int, fence int64) bool {
 // lose marks a held lock lost, tells the observers and ends its context.
 func (l *Lock) lose(reason dlock.Reason, cause error) {
 	l.mu.Lock()
-	if l.state != held {
-		l.mu.Unlock()
-		return
-	}
-	l.state = lost
-	l.endCause = cause
+	moved := l.life.End(lease.Lost, cause)
 	l.mu.Unlock()
-	l.lost(reason, cause)
+	if moved {
+		l.lost(reason, cause)
+	}
 }
 
 // expire ends the lock if its validity has run out, and else returns what
@@ -791,7 +774,7 @@ func (l *Lock) lose(reason dlock.Reason, cause error) {
 // context then ends.
 func (l *Lock) expire(cause error) time.Duration {
 	l.mu.Lock()
-	if l.state != held {
+	if !l.life.Held() {
 		l.mu.Unlock()
 		return 0
 	}
@@ -799,8 +782,7 @@ func (l *Lock) expire(cause error) time.Duration {
 		l.mu.Unlock()
 		return left
 	}
-	l.state = lost
-	l.endCause = cause
+	l.life.End(lease.Lost, cause)
 	l.mu.Unlock()
 	l.lost(dlock.ReasonExpired, cause)
 	return 0
@@ -810,7 +792,7 @@ func (l *Lock) expire(cause error) time.Duration {
 // caller that must not wait for the deadline timer to fire.
 func (l *Lock) endIfOver() {
 	l.mu.Lock()
-	over := l.state == held && !time.Now().Before(l.valid)
+	over := l.life.Held() && !time.Now().Before(l.valid)
 	l.mu.Unlock()
 	if over {
 		l.expire(l.validityCause())
@@ -843,12 +825,17 @@ func (l *Lock) lost(reason dlock.Reason, cause error) {
 	// the margin before it is the holder's, for its work to see the
 	// context end and stop (TestLapsedLockKeepsMarginBeforeNextHolder). A
 	// lock gone on a majority is given up at once: it is no longer held.
-	l.r.untrack(l)
+	l.r.own.Untrack(l)
 	l.mu.Lock()
 	ttl, at := l.ttl, l.served
 	l.mu.Unlock()
 	if reason != dlock.ReasonExpired {
 		at = time.Time{}
+	} else if m := time.Now().Add(margin(ttl)); m.After(at) {
+		// Found late (the timer held back, Context asked after a stop):
+		// the context ends only now, and the margin counts from now
+		// (TestLateLapseGiveBackKeepsMarginAfterContextEnd).
+		at = m
 	}
 	for i := range l.r.nodes {
 		l.r.giveBackAt(l.ctx, i, l.keys, l.token, ttl, giveUpLock, at)
@@ -859,7 +846,7 @@ func (l *Lock) lost(reason dlock.Reason, cause error) {
 func (l *Lock) ended() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.state != held
+	return !l.life.Held()
 }
 
 // lease returns the TTL renewals ask for and the end of the validity.

@@ -44,21 +44,15 @@ type Redlock struct {
 	closing     context.Context
 	stopClosing context.CancelFunc
 
-	// mu guards closed and held, and orders wg.Add before Close's
-	// wg.Wait: no goroutine is started once closed is set.
-	mu     sync.Mutex
-	closed bool
-	held   map[*Lock]struct{} // locks not yet released, for Close
-	// wg counts the goroutines the Redlock starts besides the renewer's:
-	// node attempts, the collection of their late replies, re-takes,
-	// the nodes a release left to the background, and grants being given
-	// back. Close waits for it.
-	wg sync.WaitGroup
-	// tries counts the acquisition attempts under way on callers'
-	// goroutines: Close waits for them too, so that an attempt racing it
-	// has given back its grants (or released its lock) before Close
-	// returns and the process may exit.
-	tries sync.WaitGroup
+	// own is what the Redlock owns, for Close (see lease.Owner): its held
+	// locks; the acquisition attempts under way on callers' goroutines,
+	// which Close waits for, so that an attempt racing it has given back
+	// its grants (or released its lock) before Close returns and the
+	// process may exit; and the goroutines it starts besides the
+	// renewer's (node attempts, the collection of their late replies,
+	// re-takes, the nodes a release left to the background, grants being
+	// given back), none of which starts once Close has begun.
+	own *lease.Owner[*Lock]
 	// renewer renews every held lock, a lane per node (see
 	// lease.Renewer): no goroutine per lock.
 	renewer *lease.Renewer
@@ -120,7 +114,7 @@ func New(rdbs []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	if cfg.err != nil {
 		return nil, &dlock.Error{Op: "new", Err: cfg.err}
 	}
-	r := &Redlock{quorum: len(rdbs)/2 + 1, cfg: cfg, held: map[*Lock]struct{}{}, renewer: lease.NewRenewer()}
+	r := &Redlock{quorum: len(rdbs)/2 + 1, cfg: cfg, own: lease.NewOwner[*Lock](), renewer: lease.NewRenewer()}
 	for i, rdb := range rdbs {
 		_, sharded := rdb.(*redis.ClusterClient)
 		r.nodes = append(r.nodes, nodeClient{rdb: rdb, conn: rdb, lane: strconv.Itoa(i), sharded: sharded})
@@ -161,13 +155,8 @@ var errClosedRelease = fmt.Errorf("%w by %w", dlock.ErrReleased, dlock.ErrClosed
 // timeout and by the lock TTLs, as long as go-redis keeps to context
 // deadlines (ContextTimeoutEnabled).
 func (r *Redlock) Close(ctx context.Context) error {
-	r.mu.Lock()
-	r.closed = true
-	locks := make([]*Lock, 0, len(r.held))
-	for l := range r.held {
-		locks = append(locks, l)
-	}
-	r.mu.Unlock()
+	locks, drained := r.own.Shut()
+	r.own.StopBackground()
 	r.stopClosing()
 
 	rctx, cancel := r.cleanupContext(ctx)
@@ -182,60 +171,19 @@ func (r *Redlock) Close(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	r.tries.Wait()
+	// The attempts are bounded by their validity (and cancelled by
+	// closing), not by the release timeout.
+	lease.Drained(context.Background(), drained)
 	r.renewer.Close()
-	r.wg.Wait()
+	r.own.WaitBackground()
 	return errors.Join(errs...)
-}
-
-// beginTry counts an acquisition attempt for Close, and reports false once
-// Close has begun: the caller sends nothing.
-func (r *Redlock) beginTry() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return false
-	}
-	r.tries.Add(1)
-	return true
 }
 
 // start runs fn on a goroutine of the Redlock's, which Close waits for. It
 // reports false, and runs nothing, once Close has begun.
-func (r *Redlock) start(fn func()) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return false
-	}
-	r.wg.Go(fn)
-	return true
-}
+func (r *Redlock) start(fn func()) bool { return r.own.Go(fn) }
 
-// track records a new lock for Close, and reports false once Close has
-// begun: the caller releases the lock again. The caller then begins the
-// lock's deadline and renewal (Lock.begin).
-func (r *Redlock) track(l *Lock) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return false
-	}
-	r.held[l] = struct{}{}
-	return true
-}
-
-func (r *Redlock) untrack(l *Lock) {
-	r.mu.Lock()
-	delete(r.held, l)
-	r.mu.Unlock()
-}
-
-func (r *Redlock) isClosed() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.closed
-}
+func (r *Redlock) isClosed() bool { return r.own.Closed() }
 
 // cleanupContext is the context of a release (Release, Close, the release
 // of a lock nobody may keep), by the core's rule: ctx's values (trace ids)
