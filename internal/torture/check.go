@@ -249,7 +249,7 @@ func (c *checker) falseLoss(holds []Hold) {
 		// Release runs after Done: a fault up to its return explains it.
 		relEnd := max(x.Released, x.Done)
 		if x.Release == "not_held" && (x.Final == "released" || x.Final == "") &&
-			c.excuse(x.Worker, x.Name, x.Got, relEnd, x.Got, relEnd) == "" && !c.nodeRestarted(x.Got, relEnd) {
+			c.excuse(x.Worker, x.Name, x.Got, relEnd, x.Got, relEnd) == "" && !c.nodeRestarted(x.Asked, x.Got, relEnd) {
 			c.violate("Release said not held, yet the lease was believed valid until it answered: %s%s", c.who(x), c.near(x.Got))
 		}
 		if x.Cause == "taken_over" && x.Lost != 0 && !takenBetween(x, x.Got, x.Lost) &&
@@ -273,10 +273,14 @@ func (c *checker) falseLoss(holds []Hold) {
 // The node must be back by to: while it is down, a call to it fails and
 // says nothing of the lock. Its window's end is stamped after its restart
 // answered PING, a moment after it began to serve: restartSlack.
-func (c *checker) nodeRestarted(from, to int64) bool {
+//
+// The kill must also begin after the lock was asked for: a node already
+// down when the lock was acquired granted nothing, and its "not ours" (a
+// give-up of the token there) is counted whether or not it came back.
+func (c *checker) nodeRestarted(asked, from, to int64) bool {
 	const restartSlack = int64(100 * time.Millisecond)
 	for _, f := range c.h.Faults {
-		if f.Kind == FaultNodeKill && f.From <= to && f.To >= from && f.To <= to+restartSlack {
+		if f.Kind == FaultNodeKill && f.From >= asked && f.From <= to && f.To >= from && f.To <= to+restartSlack {
 			return true
 		}
 	}
