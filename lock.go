@@ -326,14 +326,6 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	return err
 }
 
-// releaseScript runs the release script: it frees the lock if token still
-// holds it and hands it to the first live waiter. dropEntry also removes
-// token's queue entry (a waiter that gives up); record 0 leaves no release
-// record (a forced unlock).
-func (c *Client) releaseScript(ctx context.Context, k node.Keys, token string, dropEntry bool, record time.Duration) (int64, error) {
-	return c.releaseWith(ctx, k, token, node.ReleaseArgs{Record: record, GiveUp: dropEntry})
-}
-
 // releaseWith runs the release script with a's record, give-up and min hold,
 // and the client's channels and fence lifetime.
 func (c *Client) releaseWith(ctx context.Context, k node.Keys, token string, a node.ReleaseArgs) (int64, error) {

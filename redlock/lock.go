@@ -849,13 +849,6 @@ func (l *Lock) ended() bool {
 	return !l.life.Held()
 }
 
-// lease returns the TTL renewals ask for and the end of the validity.
-func (l *Lock) lease() (time.Duration, time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.ttl, l.valid
-}
-
 // nextRenewal is how long after now a lock of ttl valid until valid is
 // renewed: at a third of its TTL, and no later than halfway to the end of
 // its validity, so that a renewal (and a retry) has time to land.
