@@ -353,25 +353,7 @@ func (c *Client) giveBack(ctx context.Context, k node.Keys, token string, ttl ti
 // answer, with the engine's backoff between tries, giving up when the next
 // try would start after until or Close begins.
 func (c *Client) retryWithdraw(ctx context.Context, k node.Keys, token string, a node.ReleaseArgs, until time.Time) {
-	var b lease.Backoff
-	for c.withdrawWith(ctx, k, token, a) != nil {
-		pause := b.Next()
-		if time.Now().Add(pause).After(until) || !c.pause(pause) {
-			return
-		}
-	}
-}
-
-// pause waits d, and reports false if Close began meanwhile.
-func (c *Client) pause(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-c.closing.Done():
-		return false
-	}
+	lease.Retry(until, c.closing.Done(), func() error { return c.withdrawWith(ctx, k, token, a) })
 }
 
 // withdraw leaves the Redis queue after giving up. If a release handed us

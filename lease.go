@@ -60,6 +60,11 @@ func (l *redisLock) leaseLeft() time.Duration { return time.Until(l.until) }
 func (l *redisLock) confirm(sent time.Time, ttl time.Duration, setTTL, last bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.confirmLocked(sent, ttl, setTTL, last)
+}
+
+// confirmLocked is confirm with l.mu held.
+func (l *redisLock) confirmLocked(sent time.Time, ttl time.Duration, setTTL, last bool) bool {
 	if !l.life.Held() {
 		return false
 	}
@@ -153,7 +158,7 @@ func (l *redisLock) giveBackLapsed(at, until time.Time) {
 	a := node.ReleaseArgs{Record: releaseRecordTTL, GiveUp: true, MinHold: l.minHold}
 	// Refused once Close has begun: the key expires with its lease.
 	c.goBackground(func() {
-		if c.pause(time.Until(at)) {
+		if lease.Pause(time.Until(at), c.closing.Done()) {
 			c.retryWithdraw(l.acquirer, l.keys, l.token, a, until)
 		}
 	})

@@ -22,39 +22,31 @@ func renewAt(leased time.Time, ttl time.Duration) time.Time {
 }
 
 // Renewal is the lock's renewal due at now: one refresh of its lease on the
-// node that serves its key, bounded by its deadline. It sends nothing for a
-// lock that has ended, has reached its hold limit, or whose deadline has
-// passed (the deadline timer is ending it; renewing now could revive a
-// lease already given up); renewal.Call looks again when the call leaves.
-func (l *redisLock) Renewal(now time.Time) ([]lease.Part, lease.Round, bool) {
-	l.mu.Lock()
-	if !l.life.Held() {
-		l.mu.Unlock()
-		return nil, nil, false
-	}
-	_, ok, _ := l.capAtHold(now, l.ttl)
-	deadline := l.until
-	l.mu.Unlock()
-	if !ok || now.After(deadline) {
-		return nil, nil, false
-	}
+// node that serves its key. It looks at nothing of the lock: renewal.Call
+// does, under one hold of l.mu, when the call leaves (the lock may have
+// ended, reached its hold limit or passed its deadline, and then nothing is
+// sent: renewing then could revive a lease already given up). One lock
+// hold per renewal, not two: 100,000 held locks renew every third of a TTL.
+func (l *redisLock) Renewal(time.Time) ([]lease.Part, lease.Round, bool) {
 	rdb := l.c.rdb
-	// The round and its part come from a pool: 100,000 held locks renew
-	// every third of a TTL, and a round is done with at its one Answer.
+	// The round and its part come from a pool: a round is done with at
+	// its one Answer, or when its Call finds nothing to send.
 	r := renewals.Get().(*renewal)
 	r.l = l
-	r.part[0] = lease.Part{Lane: lease.LaneOf(context.Background(), rdb, l.keys.Lock), Conn: rdb, Bound: deadline}
+	r.part[0] = lease.Part{Lane: lease.LaneOf(context.Background(), rdb, l.keys.Lock), Conn: rdb}
 	return r.part[:], r, true
 }
 
-// Call makes the refresh at now, when it leaves: its lease is cut to the
-// hold limit as of now, not as of when the renewal was due (it may have
-// waited in its lane behind another pipeline to the node).
-func (r *renewal) Call(_ int, now time.Time) (node.Call, bool) {
+// Call makes the refresh at now, when it leaves, bounded by the lease
+// deadline: its lease is cut to the hold limit as of now, not as of when
+// the renewal was due (it may have waited in its lane behind another
+// pipeline to the node).
+func (r *renewal) Call(_ int, now time.Time) (node.Call, time.Time, bool) {
 	l := r.l
 	l.mu.Lock()
 	ttl, ok, last := l.capAtHold(now, l.ttl)
-	live := l.life.Held() && now.Before(l.until)
+	deadline := l.until
+	live := l.life.Held() && now.Before(deadline)
 	if ok && live {
 		l.askLocked(now, ttl)
 	}
@@ -62,10 +54,10 @@ func (r *renewal) Call(_ int, now time.Time) (node.Call, bool) {
 	if !ok || !live {
 		*r = renewal{}
 		renewals.Put(r)
-		return node.Call{}, false
+		return node.Call{}, time.Time{}, false
 	}
 	r.ttl, r.last = ttl, last
-	return node.Refresh(l.keys, l.token, ttl), true
+	return node.Refresh(l.keys, l.token, ttl), deadline, true
 }
 
 var renewals = sync.Pool{New: func() any { return new(renewal) }}
@@ -90,15 +82,17 @@ func (r *renewal) Answer(_ int, reply node.Reply) {
 	switch {
 	case err == nil && ok == 1:
 		l.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultOK})
-		if l.confirm(reply.Sent, ttl, false, last) {
-			l.warnLongHold(time.Since(l.start), ttl)
-		}
+		// One hold of l.mu for the lease and the next renewal.
 		l.mu.Lock()
+		confirmed := l.confirmLocked(reply.Sent, ttl, false, last)
 		l.renewFailures = 0
-		if !l.holdDone {
+		if confirmed && !l.holdDone {
 			l.scheduleLocked(renewAt(reply.Sent, ttl))
 		}
 		l.mu.Unlock()
+		if confirmed {
+			l.warnLongHold(time.Since(l.start), ttl)
+		}
 	case err == nil && l.isReleasing():
 		// Our own Release ran first: not a loss.
 	case err == nil:

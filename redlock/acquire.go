@@ -486,32 +486,14 @@ func (r *Redlock) giveBack(ctx context.Context, i int, k node.Keys, token string
 func (r *Redlock) giveBackAt(ctx context.Context, i int, k node.Keys, token string, ttl time.Duration, g giveUp, at time.Time) {
 	ctx = context.WithoutCancel(ctx)
 	retry := func() {
-		if !at.IsZero() && !r.pause(time.Until(at)) {
+		if !at.IsZero() && !lease.Pause(time.Until(at), r.closing.Done()) {
 			return
 		}
 		until := time.Now().Add(lease.GiveBackHorizon(ttl, 0))
-		var b lease.Backoff
-		for r.withdraw(ctx, i, k, token, g) != nil {
-			pause := b.Next()
-			if time.Now().Add(pause).After(until) || !r.pause(pause) {
-				return
-			}
-		}
+		lease.Retry(until, r.closing.Done(), func() error { return r.withdraw(ctx, i, k, token, g) })
 	}
 	if !r.start(retry) && at.IsZero() {
 		_ = r.withdraw(ctx, i, k, token, g) // Close has begun: one try, here
-	}
-}
-
-// pause waits d, and reports false if Close began meanwhile.
-func (r *Redlock) pause(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.closing.Done():
-		return false
 	}
 }
 

@@ -426,20 +426,19 @@ func (l *Lock) Renewal(now time.Time) ([]lease.Part, lease.Round, bool) {
 	// A reply after the current validity is of no use: the lock is lost
 	// then. (Bounded by the validity it would confirm, a renewal stuck on
 	// a stopped node held Close that much longer.)
-	bound := valid
 	parts := make([]lease.Part, len(l.r.nodes))
 	for i, nd := range l.r.nodes {
-		parts[i] = lease.Part{Lane: nd.lane, Conn: nd.conn, Bound: bound}
+		parts[i] = lease.Part{Lane: nd.lane, Conn: nd.conn}
 	}
-	return parts, &renewal{l: l, ttl: ttl, start: now, t: newRefreshTally(fences, l.r.quorum)}, true
+	return parts, &renewal{l: l, ttl: ttl, start: now, bound: valid, t: newRefreshTally(fences, l.r.quorum)}, true
 }
 
 // Call makes node i's refresh. The validity it may confirm is dated from
 // when the renewal was due (start), before any send: a part that waited in
 // its lane only makes the node's lease end later than the validity, never
 // earlier. Redlock has no hold limit to keep.
-func (rn *renewal) Call(int, time.Time) (node.Call, bool) {
-	return node.Refresh(rn.l.keys, rn.l.token, rn.ttl), true
+func (rn *renewal) Call(int, time.Time) (node.Call, time.Time, bool) {
+	return node.Refresh(rn.l.keys, rn.l.token, rn.ttl), rn.bound, true
 }
 
 // renewal is one background renewal: its answers come from the lanes of
@@ -448,6 +447,7 @@ type renewal struct {
 	l     *Lock
 	ttl   time.Duration
 	start time.Time
+	bound time.Time // the validity when it was due: a reply after it is of no use
 
 	mu   sync.Mutex // guards t and done
 	t    *refreshTally

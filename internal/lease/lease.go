@@ -80,3 +80,28 @@ func NewToken() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// Pause waits d, and reports false if done closed first (a Locker's Close).
+func Pause(d time.Duration, done <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-done:
+		return false
+	}
+}
+
+// Retry runs try until it succeeds, with Backoff between tries, giving up
+// when the next try would start after until or done closes: the one loop
+// of every give-back.
+func Retry(until time.Time, done <-chan struct{}, try func() error) {
+	var b Backoff
+	for try() != nil {
+		pause := b.Next()
+		if time.Now().Add(pause).After(until) || !Pause(pause, done) {
+			return
+		}
+	}
+}

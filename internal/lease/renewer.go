@@ -29,10 +29,12 @@ type Round interface {
 	// Call makes part's call at now, the moment it leaves: a call that
 	// waited in its lane behind another pipeline must not ask for a lease
 	// measured from when the renewal was due (a lease cut to a hold limit
-	// would then run past it). ok false: nothing to send any more (the
-	// lock ended or reached its limit meanwhile); the part is then not
-	// answered.
-	Call(part int, now time.Time) (call node.Call, ok bool)
+	// would then run past it). bound is when its reply stops being of
+	// use (the lease deadline): a pipeline waits for its replies until
+	// the earliest bound of its calls. ok false: nothing to send any more
+	// (the lock ended or reached its limit meanwhile); the part is then
+	// not answered.
+	Call(part int, now time.Time) (call node.Call, bound time.Time, ok bool)
 	Answer(part int, reply node.Reply)
 }
 
@@ -42,9 +44,6 @@ type Part struct {
 	// pipeline, and a lane whose node hangs holds up only its own calls.
 	Lane string
 	Conn redis.Cmdable // what the lane's pipeline is sent on
-	// Bound is when the reply stops being of use (the lease deadline): a
-	// pipeline waits for its replies until the earliest Bound of its calls.
-	Bound time.Time
 }
 
 // Renewer is one renewal loop for many held locks. It keeps them in a heap
@@ -440,14 +439,14 @@ func sendLane(closing context.Context, batch []job) {
 	var bound time.Time
 	now := time.Now()
 	for _, j := range batch {
-		call, ok := j.round.Call(j.i, now)
+		call, until, ok := j.round.Call(j.i, now)
 		if !ok {
 			continue
 		}
 		calls = append(calls, call)
 		sent = append(sent, j)
-		if bound.IsZero() || j.part.Bound.Before(bound) {
-			bound = j.part.Bound
+		if bound.IsZero() || until.Before(bound) {
+			bound = until
 		}
 	}
 	if len(calls) == 0 {

@@ -47,14 +47,14 @@ func (h *holder) Renewal(now time.Time) ([]lease.Part, lease.Round, bool) {
 	h.due++
 	h.dueAt = append(h.dueAt, now)
 	h.mu.Unlock()
-	return []lease.Part{{Lane: h.lane, Conn: h.conn, Bound: now.Add(h.ttl)}}, h, true
+	return []lease.Part{{Lane: h.lane, Conn: h.conn}}, h, true
 }
 
-func (h *holder) Call(_ int, now time.Time) (node.Call, bool) {
+func (h *holder) Call(_ int, now time.Time) (node.Call, time.Time, bool) {
 	h.mu.Lock()
 	h.calls = append(h.calls, now)
 	h.mu.Unlock()
-	return node.Refresh(h.keys, h.tok, h.ttl), true
+	return node.Refresh(h.keys, h.tok, h.ttl), now.Add(h.ttl), true
 }
 
 func (h *holder) Answer(_ int, reply node.Reply) {
