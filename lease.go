@@ -144,11 +144,11 @@ func (l *redisLock) leaseEnded() {
 	}
 }
 
-// giveBackLapsed gives the token of a lock lost at its deadline back at at,
-// the end of the last lease Redis confirmed, and not before: the margin
-// between the deadline and that end is the holder's, for its work to see
-// the context end and stop, and a next holder let in during it would
-// overlap a holder that has not yet stopped. The release keeps WithMinHold
+// giveBackLapsed gives the token of a lock lost at its deadline back at at:
+// the end of the last lease Redis confirmed, or a margin after the context
+// ended if that is later, and not before: the margin is the holder's, for
+// its work to see the context end and stop, and a next holder let in
+// during it would overlap a holder that has not yet stopped. The release keeps WithMinHold
 // as any release does. It is retried, with the engine's backoff, until
 // until, when whatever the unconfirmed renewal leased has ended anyway;
 // Close ends it. (TestLapsedRenewalGivenBackAtLeaseEnd,

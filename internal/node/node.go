@@ -163,7 +163,7 @@ const SharedPrefix = "R"
 const ReadersMarker = "*readers"
 
 // IsShared reports whether token is a reader's.
-func IsShared(token string) bool { return strings.HasPrefix(token, SharedPrefix) }
+func IsShared(token string) bool { return KindOf(token) == Shared }
 
 // Call is one run of a script: the script, and the whole EVALSHA command
 // ("evalsha", SHA, number of keys, keys, arguments), built once so that
@@ -325,21 +325,23 @@ type AcquireArgs struct {
 }
 
 // Acquire takes the lock for token if it is free (or ours already); a
-// reader's token (IsShared) takes a read lock; a semaphore token (IsSem) one
+// reader's token (Shared) takes a read lock; a semaphore token (Permit) one
 // of a.Permits permits.
 func Acquire(k Keys, token string, a AcquireArgs) Call {
-	if IsSem(token) {
-		return semAcquire(k, token, a)
-	}
-	b := k.box()
-	script := pick(token, scripts.Acquire, scripts.AcquireShared)
-	if a.Retake {
-		// ARGV[9] only then: every other call stays as it was.
+	return kinds[KindOf(token)].acquire(k, token, a)
+}
+
+func lockAcquire(script *redis.Script) func(Keys, string, AcquireArgs) Call {
+	return func(k Keys, token string, a AcquireArgs) Call {
+		b := k.box()
+		if a.Retake {
+			// ARGV[9] only then: every other call stays as it was.
+			return mkCall(script, 5, b[0], b[1], b[2], b[3], k.Record+token,
+				token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters), "1")
+		}
 		return mkCall(script, 5, b[0], b[1], b[2], b[3], k.Record+token,
-			token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters), "1")
+			token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters))
 	}
-	return mkCall(script, 5, b[0], b[1], b[2], b[3], k.Record+token,
-		token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters))
 }
 
 // Grant is the acquire script's answer.
@@ -388,10 +390,13 @@ func ParseGrant(res []any) (Grant, error) {
 // token) to at least ttl; the reply is 1 when extended, 0 when it is not
 // token's.
 func Refresh(k Keys, token string, ttl time.Duration) Call {
-	if IsSem(token) {
-		return semRefresh(k, token, ms(ttl))
+	return kinds[KindOf(token)].refresh(k, token, ttl)
+}
+
+func lockRefresh(script *redis.Script) func(Keys, string, time.Duration) Call {
+	return func(k Keys, token string, ttl time.Duration) Call {
+		return mkCall(script, 1, k.box()[0], token, ms(ttl))
 	}
-	return mkCall(pick(token, scripts.Refresh, scripts.RefreshShared), 1, k.box()[0], token, ms(ttl))
 }
 
 // ReleaseArgs are the release script's arguments besides the token.
@@ -425,24 +430,26 @@ type ReleaseArgs struct {
 // waiter. The reply is 1 when released now, 2 when this token was released
 // before (a re-sent release), 0 when the lock is not token's.
 func Release(k Keys, token string, a ReleaseArgs) Call {
-	if IsSem(token) {
-		return semRelease(k, token, a)
+	return kinds[KindOf(token)].release(k, token, a)
+}
+
+func lockRelease(script *redis.Script, withdrawable bool) func(Keys, string, ReleaseArgs) Call {
+	return func(k Keys, token string, a ReleaseArgs) Call {
+		b := k.box()
+		return mkCall(script, 5, b[0], b[1], b[2], b[3], k.Record+token,
+			token, ms(a.Record), releaseKind(a, withdrawable), b[4], flag(a.Sharded), ms(a.FenceLifetime), ms(a.MinHold))
 	}
-	kind := releaseKind(token, a)
-	b := k.box()
-	return mkCall(pick(token, scripts.Release, scripts.ReleaseShared), 5, b[0], b[1], b[2], b[3], k.Record+token,
-		token, ms(a.Record), kind, b[4], flag(a.Sharded), ms(a.FenceLifetime), ms(a.MinHold))
 }
 
 // releaseKind is the release scripts' ARGV[3]: '0' the holder's release,
 // '1' a give-up, 'w' one attempt withdrawn, 'f' a forced unlock (see mark in
-// common.lua). Only exclusive tokens are withdrawn: a Redlock takes no read
-// locks and no permits.
-func releaseKind(token string, a ReleaseArgs) string {
+// common.lua). Only exclusive tokens are withdrawn (withdrawable): a Redlock
+// takes no read locks and no permits.
+func releaseKind(a ReleaseArgs, withdrawable bool) string {
 	switch {
 	case a.Forced:
 		return "f"
-	case a.Withdraw && !a.GiveUp && !IsShared(token) && !IsSem(token):
+	case a.Withdraw && !a.GiveUp && withdrawable:
 		return "w"
 	}
 	return flag(a.GiveUp)
@@ -451,19 +458,54 @@ func releaseKind(token string, a ReleaseArgs) string {
 // PTTL is the remaining lease of token's lock (or permit) in ms, -1 when
 // not token's.
 func PTTL(k Keys, token string) Call {
-	if IsSem(token) {
-		return semPTTL(k, token)
-	}
-	return mkCall(pick(token, scripts.PTTL, scripts.PTTLShared), 1, k.box()[0], token)
+	return kinds[KindOf(token)].pttl(k, token)
 }
 
-// pick returns the reader's script for a reader's token.
-func pick(token string, exclusive, shared *redis.Script) *redis.Script {
-	if IsShared(token) {
-		return shared
-	}
-	return exclusive
+func lockPTTL(script *redis.Script) func(Keys, string) Call {
+	return func(k Keys, token string) Call { return mkCall(script, 1, k.box()[0], token) }
 }
+
+// Kind is what a token takes: the exclusive lock, a read lock of the same
+// name, or one permit of the name's semaphore. Its token's prefix says
+// which, so every call below is built from the token alone.
+type Kind uint8
+
+const (
+	Exclusive Kind = iota // tokens of lowercase hex
+	Shared                // SharedPrefix + hex: a reader
+	Permit                // SemPrefix + hex: a semaphore's permit
+)
+
+// kinds is what each kind is: its token prefix and the calls of its
+// scripts (and so its keys: the lock hash for a lock, the sem keys for a
+// permit). Only an exclusive release may withdraw one attempt of a Redlock
+// ('w'; a Redlock takes exclusive locks only). Adding a kind is an entry
+// here, its scripts, and the checklist in docs/design.md.
+var kinds = [...]struct {
+	prefix  string
+	acquire func(Keys, string, AcquireArgs) Call
+	refresh func(Keys, string, time.Duration) Call
+	release func(Keys, string, ReleaseArgs) Call
+	pttl    func(Keys, string) Call
+}{
+	Exclusive: {"", lockAcquire(scripts.Acquire), lockRefresh(scripts.Refresh), lockRelease(scripts.Release, true), lockPTTL(scripts.PTTL)},
+	Shared: {SharedPrefix, lockAcquire(scripts.AcquireShared), lockRefresh(scripts.RefreshShared),
+		lockRelease(scripts.ReleaseShared, false), lockPTTL(scripts.PTTLShared)},
+	Permit: {SemPrefix, semAcquire, semRefresh, semRelease, semPTTL},
+}
+
+// KindOf returns the kind of token, by its prefix.
+func KindOf(token string) Kind {
+	for k := Shared; int(k) < len(kinds); k++ {
+		if strings.HasPrefix(token, kinds[k].prefix) {
+			return k
+		}
+	}
+	return Exclusive
+}
+
+// Prefix is the kind's token prefix ("" for exclusive tokens).
+func (k Kind) Prefix() string { return kinds[k].prefix }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 

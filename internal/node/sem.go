@@ -1,7 +1,7 @@
 package node
 
 import (
-	"strings"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/scripts"
 )
@@ -13,7 +13,7 @@ import (
 const SemPrefix = "S"
 
 // IsSem reports whether token is a semaphore permit's.
-func IsSem(token string) bool { return strings.HasPrefix(token, SemPrefix) }
+func IsSem(token string) bool { return KindOf(token) == Permit }
 
 // SemKeys are the semaphore's own keys under the name's hash tag, apart from
 // the exclusive lock's hash. They are built on the semaphore's calls only,
@@ -45,15 +45,15 @@ func semAcquire(k Keys, token string, a AcquireArgs) Call {
 		a.Permits, k.Handoff, flag(a.Sharded))
 }
 
-func semRefresh(k Keys, token string, ttl int64) Call {
+func semRefresh(k Keys, token string, ttl time.Duration) Call {
 	s := k.Sem()
-	return mkCall(scripts.SemRefresh, 2, s.Permits, s.Data, token, ttl)
+	return mkCall(scripts.SemRefresh, 2, s.Permits, s.Data, token, ms(ttl))
 }
 
 func semRelease(k Keys, token string, a ReleaseArgs) Call {
 	s := k.Sem()
 	return mkCall(scripts.SemRelease, 6, s.Permits, s.Data, k.Fence, s.Queue, s.QData, k.Record+token,
-		token, ms(a.Record), releaseKind(token, a), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime))
+		token, ms(a.Record), releaseKind(a, false), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime))
 }
 
 func semPTTL(k Keys, token string) Call {
