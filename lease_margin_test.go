@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -27,27 +28,59 @@ func TestLapsedLockKeepsMinHold(t *testing.T) {
 	)
 	start := time.Now()
 	l := mustAcquire(t, c, "tick", dlock.WithTTL(ttl), dlock.WithMinHold(minHold), dlock.WithoutRenewal())
+	lostAtDeadline(t, l, 5*ttl)
+	// Until start+minHold (less a generous second for jitter) the tick must
+	// stay taken: the holder did not release, it merely stopped renewing.
+	staysTaken(t, other, "tick", ttl, start.Add(minHold-time.Second), func() string {
+		return fmt.Sprintf("another instance took the tick %v after the grant, inside the min hold of %v",
+			time.Since(start).Round(time.Millisecond), minHold)
+	})
+}
+
+// renewalHeldBack starts a server and two Clients on it: c, whose first
+// renewal pipeline of name's lock runs in Redis with its reply held back
+// until gate is released (at the latest at the end of the test, before c's
+// Close, which waits for it), and other, a second instance.
+func renewalHeldBack(t *testing.T, name string) (*redistest.Server, *dlock.Client, *dlock.Client, *replyGate) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	gate := newReplyGate("dlock:{"+name+"}", 1)
+	gate.pipelines = true // the renewal's; the acquisition goes alone
+	rdb.AddHook(gate)
+	c := newLocker(t, rdb)
+	t.Cleanup(gate.release)
+	return srv, c, newLocker(t, srv.Client(t)), gate
+}
+
+// lostAtDeadline waits, at most within, for l's context to end with a loss.
+func lostAtDeadline(t *testing.T, l dlock.Lock, within time.Duration) {
+	t.Helper()
 	select {
 	case <-l.Context().Done():
-	case <-time.After(5 * ttl):
+	case <-time.After(within):
 		t.Fatal("the lock's context did not end at its lease deadline")
 	}
 	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) {
 		t.Fatalf("cause %v, want ErrLockLost", cause)
 	}
-	// Until start+minHold (less a generous second for jitter) the tick must
-	// stay taken: the holder did not release, it merely stopped renewing.
-	for time.Since(start) < minHold-time.Second {
-		o, err := other.TryAcquire(bg, "tick", dlock.WithTTL(ttl))
+}
+
+// staysTaken tries to take name through other until until, and fails the
+// test with why() if it gets it.
+func staysTaken(t *testing.T, other *dlock.Client, name string, ttl time.Duration, until time.Time, why func() string) {
+	t.Helper()
+	for time.Now().Before(until) {
+		o, err := other.TryAcquire(bg, name, dlock.WithTTL(ttl))
 		if err == nil {
+			msg := why()
 			_ = o.Release(bg)
-			t.Fatalf("another instance took the tick %v after the grant, inside the min hold of %v ",
-				time.Since(start).Round(time.Millisecond), minHold)
+			t.Fatal(msg)
 		}
 		if !errors.Is(err, dlock.ErrNotObtained) {
 			t.Fatalf("TryAcquire: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -71,11 +104,7 @@ func TestLapsedLockKeepsMarginBeforeNextHolder(t *testing.T) {
 	l := mustAcquire(t, c, "margin", dlock.WithTTL(ttl), dlock.WithoutRenewal())
 	serverEnd := start.Add(ttl) // the first lease ends in Redis no earlier
 
-	select {
-	case <-l.Context().Done():
-	case <-time.After(3 * ttl):
-		t.Fatal("the lock's context did not end at its lease deadline")
-	}
+	lostAtDeadline(t, l, 3*ttl)
 	for time.Now().Before(serverEnd) {
 		o, err := other.TryAcquire(bg, "margin", dlock.WithTTL(ttl))
 		replied := time.Now()
@@ -107,14 +136,7 @@ func TestLapsedLockKeepsMarginBeforeNextHolder(t *testing.T) {
 // TestLapsedLockKeepsMarginBeforeNextHolder: a grant whose reply came before
 // start+ttl was made inside the first lease.
 func TestLapsedRenewalGivenBackAtLeaseEnd(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	gate := newReplyGate("dlock:{lapsed}", 1)
-	gate.pipelines = true // the renewal's; the acquisition goes alone
-	rdb.AddHook(gate)
-	c := newLocker(t, rdb)
-	t.Cleanup(gate.release) // before Close, which waits for the held renewal
-	other := newLocker(t, srv.Client(t))
+	srv, c, other, gate := renewalHeldBack(t, "lapsed")
 	plain := srv.Client(t)
 
 	const ttl = time.Second // margin 100 ms; the first renewal leases to ~1.33 s
@@ -122,14 +144,7 @@ func TestLapsedRenewalGivenBackAtLeaseEnd(t *testing.T) {
 	l := mustAcquire(t, c, "lapsed", dlock.WithTTL(ttl))
 	serverEnd := start.Add(ttl)
 	<-gate.held // the first renewal ran in Redis; its reply is held back
-	select {
-	case <-l.Context().Done():
-	case <-time.After(3 * ttl):
-		t.Fatal("the lock's context did not end at its lease deadline")
-	}
-	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) {
-		t.Fatalf("cause %v, want ErrLockLost", cause)
-	}
+	lostAtDeadline(t, l, 3*ttl)
 	record := "dlock:{lapsed}:r:" + l.Token()
 	for give := time.Now().Add(2 * ttl); ; time.Sleep(5 * time.Millisecond) {
 		o, err := other.TryAcquire(bg, "lapsed", dlock.WithTTL(ttl))
@@ -163,14 +178,7 @@ func TestLapsedRenewalGivenBackAtLeaseEnd(t *testing.T) {
 // must still stay taken until its min hold is over, as a lock that merely
 // expired does (TestLapsedLockKeepsMinHold).
 func TestLapsedRenewalKeepsMinHold(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	gate := newReplyGate("dlock:{lapsed-tick}", 1)
-	gate.pipelines = true
-	rdb.AddHook(gate)
-	c := newLocker(t, rdb)
-	t.Cleanup(gate.release) // before Close, which waits for the held renewal
-	other := newLocker(t, srv.Client(t))
+	_, c, other, gate := renewalHeldBack(t, "lapsed-tick")
 
 	const (
 		ttl     = 400 * time.Millisecond
@@ -179,23 +187,11 @@ func TestLapsedRenewalKeepsMinHold(t *testing.T) {
 	start := time.Now()
 	l := mustAcquire(t, c, "lapsed-tick", dlock.WithTTL(ttl), dlock.WithMinHold(minHold))
 	<-gate.held
-	select {
-	case <-l.Context().Done():
-	case <-time.After(5 * ttl):
-		t.Fatal("the lock's context did not end at its lease deadline")
-	}
-	for time.Since(start) < minHold-time.Second {
-		o, err := other.TryAcquire(bg, "lapsed-tick", dlock.WithTTL(ttl))
-		if err == nil {
-			_ = o.Release(bg)
-			t.Fatalf("another instance took the tick %v after the grant, inside the min hold of %v",
-				time.Since(start).Round(time.Millisecond), minHold)
-		}
-		if !errors.Is(err, dlock.ErrNotObtained) {
-			t.Fatalf("TryAcquire: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	lostAtDeadline(t, l, 5*ttl)
+	staysTaken(t, other, "lapsed-tick", ttl, start.Add(minHold-time.Second), func() string {
+		return fmt.Sprintf("another instance took the tick %v after the grant, inside the min hold of %v",
+			time.Since(start).Round(time.Millisecond), minHold)
+	})
 }
 
 // TestLateLapseGiveBackKeepsMarginAfterContextEnd: the give-back of a
@@ -210,14 +206,7 @@ func TestLapsedRenewalKeepsMinHold(t *testing.T) {
 // freed the instant the context ends, and the next holder is in at once.
 // Without the give-back, that renewal's lease would still keep it out.
 func TestLateLapseGiveBackKeepsMarginAfterContextEnd(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	gate := newReplyGate("dlock:{late-lapse}", 1)
-	gate.pipelines = true
-	rdb.AddHook(gate)
-	c := newLocker(t, rdb)
-	t.Cleanup(gate.release)
-	other := newLocker(t, srv.Client(t))
+	_, c, other, gate := renewalHeldBack(t, "late-lapse")
 
 	const ttl = time.Second // margin 100 ms; the held renewal leases to ~1.33 s
 	start := time.Now()
@@ -233,17 +222,8 @@ func TestLateLapseGiveBackKeepsMarginAfterContextEnd(t *testing.T) {
 		t.Fatalf("cause %v, want ErrLockLost", context.Cause(ctx))
 	}
 	margin := ttl / 10
-	for time.Since(ended) < margin {
-		o, err := other.TryAcquire(bg, "late-lapse", dlock.WithTTL(ttl))
-		if err == nil {
-			got := time.Since(ended)
-			_ = o.Release(bg)
-			t.Fatalf("a second holder got the lock %v after the first holder's context ended (margin %v); the renewal's lease would have kept it out until ~%v after",
-				got.Round(time.Millisecond), margin, start.Add(ttl+ttl/3).Sub(ended).Round(time.Millisecond))
-		}
-		if !errors.Is(err, dlock.ErrNotObtained) {
-			t.Fatalf("TryAcquire: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	staysTaken(t, other, "late-lapse", ttl, ended.Add(margin), func() string {
+		return fmt.Sprintf("a second holder got the lock %v after the first holder's context ended (margin %v); the renewal's lease would have kept it out until ~%v after",
+			time.Since(ended).Round(time.Millisecond), margin, start.Add(ttl+ttl/3).Sub(ended).Round(time.Millisecond))
+	})
 }
