@@ -82,7 +82,12 @@ func NewToken() string {
 }
 
 // Pause waits d, and reports false if done closed first (a Locker's Close).
+// A d already past is no wait and reports true, even after Close: the work
+// it was to wait for is due now (with both ready, select would pick either).
 func Pause(d time.Duration, done <-chan struct{}) bool {
+	if d <= 0 {
+		return true
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

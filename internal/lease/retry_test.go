@@ -37,4 +37,13 @@ func TestRetryStopsAtSuccessHorizonOrClose(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d tries after Close, want 1 (the one under way)", n)
 	}
+
+	for range 20 {
+		if !Pause(0, closed) {
+			t.Fatal("Pause of a wait already over reported Close: the work due now was dropped")
+		}
+	}
+	if Pause(time.Minute, closed) {
+		t.Error("Pause after Close waited instead of reporting it")
+	}
 }
