@@ -49,9 +49,11 @@ func TestMaxHoldBelowTTLEndsAtLimit(t *testing.T) {
 	defer l.Release(bg)
 	select {
 	case <-l.Context().Done():
-		t.Logf("ended after the limit: %v", context.Cause(l.Context()))
 	case <-time.After(time.Second):
 		t.Fatalf("WithMaxHold(200ms): context still alive after 1s, Redis lease %v", rdb.PTTL(bg, "dlock:{shorthold}").Val())
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrHoldLimit) || !errors.Is(cause, dlock.ErrLockLost) {
+		t.Fatalf("cause = %v, want ErrLockLost and ErrHoldLimit", cause)
 	}
 }
 
