@@ -341,7 +341,7 @@ func isServerReply(err error) bool {
 // lease.GiveBackHorizon): a grant of ttl (or a hand-off) for ttl, a queue
 // entry for waiterAlive(ttl), unless Close has begun.
 func (c *Client) giveBack(ctx context.Context, k node.Keys, token string, ttl time.Duration) {
-	if !c.goBackground(func() {
+	if !c.own.Go(func() {
 		until := time.Now().Add(lease.GiveBackHorizon(ttl, waiterAlive(ttl)))
 		c.retryWithdraw(ctx, k, token, node.ReleaseArgs{Record: releaseRecordTTL, GiveUp: true}, until)
 	}) {

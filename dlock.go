@@ -137,10 +137,6 @@ func (c *Client) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// goBackground runs fn on a goroutine that Close waits for, and reports
-// false, running nothing, once Close has stopped background work.
-func (c *Client) goBackground(fn func()) bool { return c.own.Go(fn) }
-
 // keys returns the keys of the lock name under the client's prefix.
 func (c *Client) keys(name string) node.Keys { return node.KeysOf(c.cfg.prefix, name) }
 

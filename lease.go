@@ -129,13 +129,7 @@ func (l *redisLock) leaseEnded() {
 	// run in Redis with its reply still out, or lost: the key is then ours
 	// beyond that lease, renewed and released by nobody, and the next
 	// holder would wait it out. (A Release under way frees it itself.)
-	// Not before the margin after now either: a deadline found late (its
-	// timer held back by GC or a starved CPU, Context asked after a stop)
-	// ends the context only now (TestLateLapseGiveBackKeepsMarginAfterContextEnd).
-	at, until := l.served, l.asked
-	if m := time.Now().Add(lease.Margin(l.ttl)); m.After(at) {
-		at = m
-	}
+	at, until := lease.LapsedGiveBack(l.served, l.ttl), l.asked
 	giveBack := until.After(at) && !l.releasing
 	l.mu.Unlock()
 	l.announce(lost, reason, e)
@@ -157,7 +151,7 @@ func (l *redisLock) giveBackLapsed(at, until time.Time) {
 	c := l.c
 	a := node.ReleaseArgs{Record: releaseRecordTTL, GiveUp: true, MinHold: l.minHold}
 	// Refused once Close has begun: the key expires with its lease.
-	c.goBackground(func() {
+	c.own.Go(func() {
 		if lease.Pause(time.Until(at), c.closing.Done()) {
 			c.retryWithdraw(l.acquirer, l.keys, l.token, a, until)
 		}

@@ -55,7 +55,7 @@ func (c *Client) serverVerdictNow() error {
 	if !c.server.probing.CompareAndSwap(false, true) {
 		return nil
 	}
-	if !c.goBackground(func() {
+	if !c.own.Go(func() {
 		defer c.server.probing.Store(false)
 		ctx, cancel := context.WithTimeout(c.closing, serverCheckTimeout)
 		defer cancel()

@@ -831,11 +831,8 @@ func (l *Lock) lost(reason dlock.Reason, cause error) {
 	l.mu.Unlock()
 	if reason != dlock.ReasonExpired {
 		at = time.Time{}
-	} else if m := time.Now().Add(margin(ttl)); m.After(at) {
-		// Found late (the timer held back, Context asked after a stop):
-		// the context ends only now, and the margin counts from now
-		// (TestLateLapseGiveBackKeepsMarginAfterContextEnd).
-		at = m
+	} else {
+		at = lease.LapsedGiveBack(at, ttl)
 	}
 	for i := range l.r.nodes {
 		l.r.giveBackAt(l.ctx, i, l.keys, l.token, ttl, giveUpLock, at)

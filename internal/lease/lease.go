@@ -110,3 +110,21 @@ func Retry(until time.Time, done <-chan struct{}, try func() error) {
 		}
 	}
 }
+
+// LapsedGiveBack is when the key of a lock lost at its deadline may be given
+// back: at served, the end of the last lease Redis (or a quorum) confirmed,
+// and not before a margin after now, when its context ends. The margin is
+// the holder's, for its work to see the end and stop; a deadline found late
+// (its timer held back by GC or a starved CPU, Context asked after a stop)
+// ends the context only now (TestLateLapseGiveBackKeepsMarginAfterContextEnd,
+// in the root package and redlock).
+func LapsedGiveBack(served time.Time, ttl time.Duration) time.Time {
+	return maxTime(served, time.Now().Add(Margin(ttl)))
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
