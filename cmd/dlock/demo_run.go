@@ -51,7 +51,7 @@ func (d *demo) runMode(ctx context.Context, mode string) (modeResult, error) {
 		// user pressed Ctrl-C; its death signal, when the demo dies.
 		cmd := exec.CommandContext(ctx, d.self, d.workerArgs(mode, i)...)
 		cmd.Env, cmd.Stderr = d.env, d.a.stderr
-		cmd.SysProcAttr = childAttr(syscall.SIGKILL)
+		cmd.SysProcAttr = childAttr(syscall.SIGKILL, 0)
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			return res, err

@@ -95,8 +95,8 @@ then SIGKILL after --kill-grace, and dlock exits 4.
 
 If dlock itself dies without stopping COMMAND (kill -9, the OOM killer),
 nothing renews the lock any more, so COMMAND must not work on: a watchdog
-(a small sh process dlock starts beside COMMAND, on every Unix) sends
-COMMAND's process group SIGTERM, then SIGKILL after --kill-grace. On Linux
+(a small sh process that leads COMMAND's process group, on every Unix)
+sends the group SIGTERM, then SIGKILL after --kill-grace. On Linux
 and FreeBSD the kernel also sends COMMAND itself SIGTERM (the parent-death
 signal). Should the watchdog be killed too, on macOS and the other BSDs
 COMMAND runs on: kill its process group yourself.

@@ -61,18 +61,19 @@ func TestRunKilledDlockTakesCommandGroupAlong(t *testing.T) {
 }
 
 // The watchdog alone, as on macOS where no parent-death signal helps: a
-// group whose leader ignores SIGTERM, no Pdeathsig. End of file on the pipe
-// without "done" (dlock died) stops the whole group; "done" leaves it be.
+// command in the watchdog's group whose leader ignores SIGTERM, no
+// Pdeathsig. End of file on the pipe without "done" (dlock died) stops the
+// whole group; "done" leaves it be.
 func TestWatchdog(t *testing.T) {
 	for _, died := range []bool{true, false} {
 		t.Run(map[bool]string{true: "dlock died", false: "dlock disarmed it"}[died], func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "pids")
-			cmd := exec.Command("sh", "-c", `trap "" TERM; sleep 60 & echo $$ $! > "$0"; wait`, pidFile)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			wd, err := startWatchdog(300 * time.Millisecond)
 			if err != nil {
 				t.Fatal(err)
 			}
+			cmd := exec.Command("sh", "-c", `trap "" TERM; sleep 60 & echo $$ $! > "$0"; wait`, pidFile)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: wd.pgid()}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -80,10 +81,9 @@ func TestWatchdog(t *testing.T) {
 			go func() { _ = cmd.Wait(); close(waited) }()
 			pids := readPIDs(t, pidFile, 2)
 			t.Cleanup(func() {
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				_ = syscall.Kill(-wd.pgid(), syscall.SIGKILL)
 				<-waited
 			})
-			wd.arm(cmd.Process.Pid)
 			if died {
 				_ = wd.w.Close() // what the kernel does to dlock's end of the pipe
 				<-wd.exited

@@ -45,10 +45,11 @@ func (a *app) supervise(lock dlock.Lock, argv []string, grace time.Duration, sig
 	// the same, as before the environment was cleaned.
 	cmd.Env = childEnv(a.environ(), lock, pass)
 	_ = hideEnviron()
-	cmd.SysProcAttr = childAttr(syscall.SIGTERM)
 	// Should dlock die without stopping COMMAND, the watchdog stops its
-	// group (see watchdog.go). Without one, only the parent-death signal
-	// is left (Linux, FreeBSD): say so, and run COMMAND all the same.
+	// group (see watchdog.go), which the watchdog leads and COMMAND joins.
+	// Without one, COMMAND leads a group of its own and only the
+	// parent-death signal is left (Linux, FreeBSD): say so, and run COMMAND
+	// all the same.
 	wd, err := startWatchdog(grace)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "dlock: warning: no watchdog (%v): if dlock is killed, COMMAND's process group is not stopped\n", err)
@@ -60,6 +61,11 @@ func (a *app) supervise(lock dlock.Lock, argv []string, grace time.Duration, sig
 		}
 	}
 	defer disarm()
+	pgid := 0
+	if wd != nil {
+		pgid = wd.pgid()
+	}
+	cmd.SysProcAttr = childAttr(syscall.SIGTERM, pgid)
 	// The parent-death signal is sent when the thread that forked the
 	// child exits, not the process (prctl(2); go.dev/issue/27505). Go ends
 	// a thread when a goroutine locked to it returns without unlocking, so
@@ -72,11 +78,10 @@ func (a *app) supervise(lock dlock.Lock, argv []string, grace time.Duration, sig
 		_ = lock.Release(context.Background())
 		return startError(argv[0], err)
 	}
-	// The child leads its own group: a signal to -pgid reaches whatever it
-	// started too (a shell script's children), not only the script.
-	pgid := cmd.Process.Pid
-	if wd != nil {
-		wd.arm(pgid)
+	// A signal to -pgid reaches whatever COMMAND started too (a shell
+	// script's children), not only the script.
+	if pgid == 0 {
+		pgid = cmd.Process.Pid
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()

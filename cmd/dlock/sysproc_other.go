@@ -4,14 +4,15 @@ package main
 
 import "syscall"
 
-// childAttr starts a child in a process group of its own, so that a signal
-// to the group reaches the processes it starts too. Only Linux and FreeBSD
+// childAttr starts a child in process group pgid (the watchdog's), or in a
+// group of its own when pgid is 0, so that a signal to the group reaches
+// the processes it starts too. Only Linux and FreeBSD
 // can tell a child that its parent died; elsewhere (macOS, OpenBSD, NetBSD)
 // parentDeath is not used and the watchdog (watchdog.go) alone stops the
 // group when dlock dies.
-func childAttr(parentDeath syscall.Signal) *syscall.SysProcAttr {
+func childAttr(parentDeath syscall.Signal, pgid int) *syscall.SysProcAttr {
 	_ = parentDeath
-	return &syscall.SysProcAttr{Setpgid: true}
+	return &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
 }
 
 // hideEnviron: only Linux keeps a process' environment in a file its

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -17,27 +16,30 @@ import (
 // dlock started, not what that child started in its group (a script's
 // children), and it does not exist on macOS; a pipe works on every Unix.
 //
-// The watchdog is a small sh process in a process group of its own (so
-// neither a Ctrl-C at the terminal nor a signal to COMMAND's group reaches
-// it), reading a pipe whose only writer is dlock: first the group's id, then
-// "done" once COMMAND has exited. End of file before "done" means dlock
-// died: the group gets SIGTERM, then SIGKILL after --kill-grace, as when
-// the lock is lost. The pipe's write end is close-on-exec, so COMMAND does
-// not hold it open.
+// The watchdog is a small sh process that leads the process group COMMAND
+// then joins: the group exists, and the watchdog knows its id, before
+// COMMAND runs. Were the group COMMAND's own, dlock could only name it to
+// the watchdog after the fork, and a dlock killed in between left a
+// COMMAND nobody stops. The watchdog ignores the signals dlock forwards to
+// the group (they are meant for COMMAND) and reads a pipe whose only writer
+// is dlock: "done" once COMMAND has exited. End of file before "done"
+// means dlock died: the group gets SIGTERM, then SIGKILL after
+// --kill-grace, as when the lock is lost; the SIGKILL ends the watchdog
+// too. While the watchdog lives, its group id cannot be given to another
+// group. The pipe's write end is close-on-exec, so COMMAND does not hold it
+// open.
 const watchdogScript = `trap '' INT TERM HUP QUIT
-read -r pgid || exit 0
 read -r word
 [ "$word" = done ] && exit 0
-kill -s TERM -- "-$pgid" 2>/dev/null || exit 0
+kill -s TERM -- "-$$" 2>/dev/null
 i=0
-while [ "$i" -lt "$1" ] && kill -s 0 -- "-$pgid" 2>/dev/null; do sleep 0.1; i=$((i+1)); done
-kill -s KILL -- "-$pgid" 2>/dev/null
+while [ "$i" -lt "$1" ]; do sleep 0.1; i=$((i+1)); done
+kill -s KILL -- "-$$" 2>/dev/null
 exit 0`
 
 type watchdog struct {
 	cmd    *exec.Cmd
 	w      *os.File
-	armed  bool
 	exited chan struct{}
 }
 
@@ -73,25 +75,23 @@ func startWatchdog(grace time.Duration) (*watchdog, error) {
 	return wd, nil
 }
 
-// arm tells the watchdog which group to stop.
-func (wd *watchdog) arm(pgid int) {
-	_, _ = fmt.Fprintf(wd.w, "%d\n", pgid)
-	wd.armed = true
-}
+// pgid is the id of the watchdog's process group, the one COMMAND joins.
+func (wd *watchdog) pgid() int { return wd.cmd.Process.Pid }
 
 // disarm tells the watchdog that COMMAND has exited (or never started),
-// and waits for it to end. Called before the lock is released: a dlock killed during the release
-// must not have a group id signalled that may belong to someone else by then.
+// and waits for it to end. Called before the lock is released: a dlock
+// killed during the release must not have the watchdog stop what COMMAND
+// left running in the group, as a run that ends as usual leaves it. The
+// write fails harmlessly if dlock's SIGKILL to the group ended the
+// watchdog already.
 func (wd *watchdog) disarm() {
-	if wd.armed {
-		_, _ = wd.w.WriteString("done\n")
-	} // else end of file before a group id: nothing to stop
+	_, _ = wd.w.WriteString("done\n")
 	_ = wd.w.Close()
 	t := time.NewTimer(2 * time.Second)
 	defer t.Stop()
 	select {
 	case <-wd.exited:
-	case <-t.C: // a stuck sh: it would signal nothing without a group id, but it must not outlive us
+	case <-t.C: // a stuck sh must not outlive us, nor signal the group later
 		_ = wd.cmd.Process.Kill()
 		<-wd.exited
 	}
