@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"container/heap"
 	"context"
 	"sync"
 	"time"
@@ -86,7 +85,9 @@ type Renewer struct {
 	// heap; the loop and the lanes call a holder only while they hold no
 	// mutex of their own.
 	mu      sync.Mutex
-	due     entryHeap
+	due     slotHeap
+	stale   int              // slots in due whose entry was rescheduled or forgotten
+	epoch   time.Time        // what slot times count from
 	lanes   map[string]*lane // by name: one per node ever renewed on
 	kick    chan struct{}    // a holder is due earlier than the loop sleeps
 	wakeAt  time.Time        // when the sleeping loop wakes by itself
@@ -107,9 +108,25 @@ type Renewer struct {
 // of a renewal. The zero Entry is ready for use, with one Renewer only; its
 // fields are the Renewer's, under Renewer.mu.
 type Entry struct {
-	h    Holder
-	next time.Time // when to renew next
-	pos  int       // 1 + position in due; 0 while not in it (a renewal out)
+	h Holder
+	// gen counts the entry's schedules and forgets: of the slots in the
+	// heap that name the entry, only the one with the entry's gen is live
+	// (see slot).
+	gen    uint64
+	queued bool // a live slot of it is in the heap; false while a renewal is out
+}
+
+// slot is one place in the Renewer's heap. It carries its own time, so
+// that ordering the heap reads only the heap's array: with 100,000 held
+// locks, a heap of pointers that each compare read from its lock's cold
+// struct was the largest cost of a renewal. A rescheduled or forgotten
+// entry leaves its old slot behind, stale (its gen is not the entry's),
+// to be dropped when it comes to the top or when stale slots grow to half
+// the heap (compact), instead of being found and moved.
+type slot struct {
+	at  int64 // when to renew: nanoseconds since Renewer.epoch
+	gen uint64
+	e   *Entry
 }
 
 // lane is the calls to one node waiting for a pipeline, and how many
@@ -148,7 +165,7 @@ const (
 // NewRenewer returns a Renewer with nothing to renew; it starts its loop
 // when the first holder is scheduled.
 func NewRenewer() *Renewer {
-	r := &Renewer{lanes: map[string]*lane{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	r := &Renewer{lanes: map[string]*lane{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), epoch: time.Now()}
 	r.closing, r.cancel = context.WithCancel(context.Background())
 	return r
 }
@@ -162,12 +179,11 @@ func (r *Renewer) Schedule(e *Entry, h Holder, next time.Time) {
 	if r.closed {
 		return
 	}
-	e.h, e.next = h, next
-	if e.pos > 0 {
-		heap.Fix(&r.due, e.pos-1)
-	} else {
-		heap.Push(&r.due, e)
-	}
+	e.h = h
+	r.unqueue(e)
+	e.gen++
+	e.queued = true
+	r.due.push(slot{at: r.at(next), gen: e.gen, e: e})
 	if !r.running {
 		r.running = true
 		r.wg.Add(1)
@@ -193,16 +209,46 @@ func (r *Renewer) Forget(e *Entry) {
 	defer r.mu.Unlock()
 	// The loop may sleep until e's renewal; it then wakes once for
 	// nothing, which is cheaper than waking it now.
-	if e.pos > 0 {
-		heap.Remove(&r.due, e.pos-1)
+	r.unqueue(e)
+}
+
+// unqueue makes e's live slot, if it has one, stale. The caller holds r.mu.
+func (r *Renewer) unqueue(e *Entry) {
+	if !e.queued {
+		return
+	}
+	e.queued = false
+	e.gen++
+	r.stale++
+	if r.stale > len(r.due)/2 && r.stale > 64 {
+		r.compact()
 	}
 }
+
+// compact drops the stale slots and orders what is left: the heap stays
+// within twice the entries it keeps, whatever Refresh, Release and
+// rescheduling leave behind.
+func (r *Renewer) compact() {
+	live := r.due[:0]
+	for _, s := range r.due {
+		if s.gen == s.e.gen {
+			live = append(live, s)
+		}
+	}
+	clear(r.due[len(live):])
+	r.due = live
+	r.due.init()
+	r.stale = 0
+}
+
+// at is t as a slot time.
+func (r *Renewer) at(t time.Time) int64 { return int64(t.Sub(r.epoch)) }
 
 // Scheduled reports how many holders wait for their next renewal.
 func (r *Renewer) Scheduled() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.due)
+	return len(r.due) - r.stale
 }
 
 // Close stops the loop, cancels the pipelines out and waits for them. A
@@ -241,7 +287,7 @@ func (r *Renewer) loop() {
 			}
 			continue
 		}
-		r.wakeAt = r.due[0].next
+		r.wakeAt = r.epoch.Add(time.Duration(r.due[0].at))
 		wait := time.Until(r.wakeAt)
 		r.mu.Unlock()
 		if wait > 0 {
@@ -282,14 +328,21 @@ func (r *Renewer) idle(timer *time.Timer) bool {
 	return false
 }
 
-// takeDue pops the holders due now or within the batch slack.
+// takeDue pops the holders due now or within the batch slack, and drops
+// the stale slots on the way.
 func (r *Renewer) takeDue() []Holder {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	horizon := time.Now().Add(batchSlack)
+	horizon := r.at(time.Now().Add(batchSlack))
 	var due []Holder
-	for len(r.due) > 0 && len(due) < batchMax && !r.due[0].next.After(horizon) {
-		due = append(due, heap.Pop(&r.due).(*Entry).h)
+	for len(r.due) > 0 && len(due) < batchMax && r.due[0].at <= horizon {
+		s := r.due.pop()
+		if s.gen != s.e.gen {
+			r.stale--
+			continue
+		}
+		s.e.queued = false
+		due = append(due, s.e.h)
 	}
 	return due
 }
@@ -460,27 +513,66 @@ func sendLane(closing context.Context, batch []job) {
 	}
 }
 
-// entryHeap orders entries by their next renewal.
-type entryHeap []*Entry
+// slotHeap is a binary min-heap of slots by time, written for slots rather
+// than through container/heap, whose Push and Pop box each slot.
+type slotHeap []slot
 
-func (h entryHeap) Len() int           { return len(h) }
-func (h entryHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
-func (h entryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].pos, h[j].pos = i+1, j+1
+func (h *slotHeap) push(s slot) {
+	*h = append(*h, s)
+	h.up(len(*h) - 1)
 }
-func (h *entryHeap) Push(x any) {
-	e := x.(*Entry)
-	e.pos = len(*h) + 1
-	*h = append(*h, e)
-}
-func (h *entryHeap) Pop() any {
+
+func (h *slotHeap) pop() slot {
 	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	e.pos = 0
-	*h = old[:len(old)-1]
-	return e
+	top := old[0]
+	n := len(old) - 1
+	old[0] = old[n]
+	old[n] = slot{}
+	*h = old[:n]
+	h.down(0)
+	return top
+}
+
+func (h slotHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h slotHeap) up(i int) {
+	s := h[i]
+	for i > 0 {
+		p := (i - 1) / 2
+		if h[p].at <= s.at {
+			break
+		}
+		h[i] = h[p]
+		i = p
+	}
+	h[i] = s
+}
+
+func (h slotHeap) down(i int) {
+	n := len(h)
+	if n == 0 {
+		return
+	}
+	s := h[i]
+	for {
+		c := 2*i + 1
+		if c >= n {
+			break
+		}
+		if c+1 < n && h[c+1].at < h[c].at {
+			c++
+		}
+		if s.at <= h[c].at {
+			break
+		}
+		h[i] = h[c]
+		i = c
+	}
+	h[i] = s
 }
 
 // LaneOf names the lane of key on rdb: the address of the Cluster primary
