@@ -37,7 +37,7 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ac acquireConfig) 
 		return nil, opError("acquire", name, ErrClosed)
 	}
 	defer c.own.End()
-	r := c.attempt(ctx, name, c.keys(name), ac, ac.newToken(), false)
+	r := c.attempt(ctx, name, c.keys(name), ac, ac.newToken(), false, false)
 	return c.afterClose(ctx, name, r.lock, r.err)
 }
 
@@ -55,6 +55,13 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ac acquireConfig) 
 // to Redis. A waiter also wakes when the holder's lease would run out (a
 // crashed holder releases nothing) and renews its place in line on a
 // jittered timer; a waiter that stops renewing (it crashed) is skipped.
+//
+// An outage does not end a wait that has time left: an error that matches
+// ErrUnavailable (a failover, a restart, READONLY, LOADING, BUSY, a refused
+// or reset connection) is tried again after a jittered backoff, with the
+// same token, which keeps its place in line. A wait that ends during an
+// outage matches ErrNotObtained and ErrUnavailable, and its text says what
+// Redis answered and for how long. Other errors end the wait at once.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (Lock, error) {
 	start := time.Now()
 	ac, nested, err := c.prepare(ctx, name, opts)
@@ -109,7 +116,7 @@ func (c *Client) acquire(ctx context.Context, name string, ac acquireConfig) (*r
 	// The keys are built once per call: every attempt and the wait use them.
 	k := c.keys(name)
 	if ac.wait == 0 {
-		r := c.attempt(ctx, name, k, ac, ac.newToken(), false)
+		r := c.attempt(ctx, name, k, ac, ac.newToken(), false, false)
 		return r.lock, r.err
 	}
 	if !c.waitersOf(name) && !c.notify.active(k.Handoff, c.id) {
@@ -117,8 +124,16 @@ func (c *Client) acquire(ctx context.Context, name string, ac acquireConfig) (*r
 		// plain attempt first, so an uncontended Acquire costs what
 		// TryAcquire does. A name contended lately goes straight into the
 		// queue, which costs the same when the lock is free.
-		r := c.attempt(ctx, name, k, ac, ac.newToken(), false)
-		if !r.busy && !r.late {
+		token := ac.newToken()
+		r := c.attempt(ctx, name, k, ac, token, false, true)
+		switch {
+		case r.transient:
+			// Redis is out for a moment: wait it out, with the token,
+			// which a lost reply may have granted.
+			w := &waiter{c: c, name: name, keys: k, ac: ac, token: token}
+			w.sawOutage(r.err)
+			return w.wait(ctx)
+		case !r.busy && !r.late:
 			return r.lock, r.err
 		}
 	}
@@ -215,17 +230,26 @@ type attemptResult struct {
 	holderTTL   time.Duration // the holder's remaining lease, when busy
 	holderFence int64         // the holder's fencing token, when busy
 	late        bool          // granted past its lease's deadline, and given back
-	err         error
+	// transient: Redis could not be reached or could not serve (err says
+	// how; ErrUnavailable matches it), and the token was kept, not given
+	// back: the attempt asked to keep it (a waiter, which tries it again).
+	transient bool
+	err       error
 }
 
 // attempt runs the acquire script once. With queue set, a busy lock puts (or
-// keeps) this client's token in the waiter queue in Redis.
+// keeps) this client's token in the waiter queue in Redis. With keep set,
+// an outage (an error ErrUnavailable matches) leaves the token to the
+// caller rather than giving it back: a waiter sends it again, and the
+// attempt sent again finds a grant the lost reply was about ("ours
+// already" in acquire.lua) or its place in line (its arrival is kept), and
+// gives the token back itself when its wait ends.
 //
 // When the reply is lost (a network error or the context ended while the
 // command was out) the script may have granted the lock all the same. That
 // grant is given back in the background, so that it does not block everyone
 // for a whole TTL.
-func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acquireConfig, token string, queue bool) attemptResult {
+func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acquireConfig, token string, queue, keep bool) attemptResult {
 	waiter := ""
 	if queue {
 		waiter = c.id
@@ -245,16 +269,23 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		// tells nothing of the first, which may have granted; a queued
 		// attempt's earlier one is in line. Either way the token is given
 		// up, unless the key is not a lock at all (WRONGTYPE: nothing of
-		// ours can be there, and the release would fail the same way).
-		if !errors.Is(redisError(err), ErrWrongType) {
+		// ours can be there, and the release would fail the same way), or
+		// the caller keeps it through an outage.
+		err = redisError(err)
+		var verdict error // why the scripts fail there, if the server is unfit
+		if isServerReply(err) {
+			verdict = c.serverVerdictNow()
+		}
+		if verdict == nil && keep && unavailable(err) {
+			return attemptResult{transient: true, err: opError("acquire", name, err)}
+		}
+		if !errors.Is(err, ErrWrongType) {
 			c.giveBack(ctx, k, token, ac.ttl)
 		}
-		if isServerReply(err) {
-			if cerr := c.serverVerdictNow(); cerr != nil {
-				return attemptResult{err: opError("acquire", name, cerr)} // why the scripts fail there
-			}
+		if verdict != nil {
+			return attemptResult{err: opError("acquire", name, verdict)}
 		}
-		return attemptResult{err: opError("acquire", name, redisError(err))}
+		return attemptResult{err: opError("acquire", name, err)}
 	}
 	g, err := node.ParseGrant(res)
 	if err != nil {

@@ -186,12 +186,29 @@ type NotObtainedError struct {
 	// late: the lock was granted, but the reply took this long, past the
 	// deadline of its lease: the grant was given back.
 	late, lease time.Duration
+	// outage is the last error of an outage the wait rode out until it
+	// ended (Redis unreachable, READONLY, LOADING, ...), for the last
+	// outageFor of the wait.
+	outage    error
+	outageFor time.Duration
 }
 
 func (e *NotObtainedError) Error() string {
 	if e.late > 0 {
 		return fmt.Sprintf("dlock: not obtained: the reply granting it came %v after it was sent, past the deadline of its %v lease; the grant was given back",
 			e.late.Round(time.Millisecond), e.lease)
+	}
+	if e.outage != nil {
+		what := e.outage
+		if oe, ok := what.(*Error); ok && oe.Err != nil {
+			what = oe.Err // the operation and name are the outer error's
+		}
+		msg := fmt.Sprintf("dlock: not obtained: Redis could not serve the wait for its last %v (%s)",
+			e.outageFor.Round(time.Millisecond), strings.TrimPrefix(what.Error(), "dlock: "))
+		if e.cause != nil {
+			msg += ": " + e.cause.Error()
+		}
+		return msg
 	}
 	msg := "dlock: not obtained: held by another owner"
 	switch {
@@ -209,8 +226,18 @@ func (e *NotObtainedError) Error() string {
 // Is makes errors.Is(err, ErrNotObtained) true.
 func (e *NotObtainedError) Is(target error) bool { return target == ErrNotObtained }
 
-// Unwrap returns the context's error when it ended the wait.
-func (e *NotObtainedError) Unwrap() error { return e.cause }
+// Unwrap returns the context's error when it ended the wait, and the last
+// error of an outage the wait was riding out when it ended (which matches
+// ErrUnavailable).
+func (e *NotObtainedError) Unwrap() []error {
+	var errs []error
+	for _, err := range []error{e.cause, e.outage} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
 
 // ReplicaError tells how many replicas acknowledged a new lock in time
 // (WithReplicas). It matches ErrNotReplicated.

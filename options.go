@@ -193,8 +193,8 @@ func WithTTL(d time.Duration) AcquireOption {
 }
 
 // WithWait bounds how long Acquire waits for a busy lock (default
-// DefaultWait, 10s). WithWait(0) makes Acquire a single attempt, like
-// TryAcquire. The caller's context bounds the wait too; whichever ends first
+// DefaultWait, 10s), and for Redis through an outage (see Acquire).
+// WithWait(0) makes Acquire a single attempt, like TryAcquire. The caller's context bounds the wait too; whichever ends first
 // wins. TryAcquire ignores it.
 func WithWait(d time.Duration) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.wait = d })

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/node"
 )
 
@@ -36,6 +37,16 @@ type waiter struct {
 	// attempt after the subscription's confirmation queues, so it also
 	// tells whether the last attempt did.
 	queued bool
+	// unsure: an attempt of token got no answer (an outage), so token may
+	// hold a grant or a place in line that nobody heard of: the wait gives
+	// it back if it ends without the lock.
+	unsure bool
+	// outage is the last error of an outage the wait is riding out (nil
+	// once Redis answers again), since when it began, and the backoff
+	// between the attempts it fails.
+	outage      error
+	outageSince time.Time
+	outageWait  lease.Backoff
 	// seen is the largest holder fence of a queued busy reply, lastSeen
 	// the send time of the last queued busy attempt: see handOff.
 	seen     int64
@@ -61,18 +72,66 @@ func (w *waiter) wait(ctx context.Context) (*redisLock, error) {
 		select {
 		case <-turn:
 		case <-wctx.Done():
+			w.leave(ctx)
 			return nil, w.gaveUp(ctx)
 		}
 	}
-	sub, err := w.c.notify.subscribe(wctx, w.keys.Handoff+w.c.id)
+	sub, err := w.subscribe(wctx)
 	if err != nil {
-		return nil, opError("acquire", w.name, redisError(err))
+		w.leave(ctx)
+		if wctx.Err() != nil {
+			return nil, w.gaveUp(ctx)
+		}
+		return nil, err
 	}
 	defer w.c.notify.unsubscribe(sub)
 	msgs, stop := w.c.notify.listen(sub)
 	defer stop()
-	w.sub, w.msgs, w.token = sub, msgs, w.ac.newToken()
+	w.sub, w.msgs = sub, msgs
+	if w.token == "" {
+		w.token = w.ac.newToken()
+	}
 	return w.inLine(ctx, wctx)
+}
+
+// subscribe subscribes to this client's hand-off channel for the name,
+// riding out an outage as the attempts do: an error ErrUnavailable matches
+// is tried again after a pause, until the wait ends.
+func (w *waiter) subscribe(wctx context.Context) (*subscription, error) {
+	for {
+		sub, err := w.c.notify.subscribe(wctx, w.keys.Handoff+w.c.id)
+		if err == nil {
+			return sub, nil
+		}
+		err = opError("acquire", w.name, redisError(err))
+		if !unavailable(err) || wctx.Err() != nil {
+			return nil, err
+		}
+		w.sawOutage(err)
+		if !lease.Pause(w.outagePause(), wctx.Done()) {
+			return nil, err
+		}
+	}
+}
+
+// sawOutage records err, an outage's, for the wait's error should the wait
+// end before Redis is back.
+func (w *waiter) sawOutage(err error) {
+	if w.outage == nil {
+		w.outageSince = time.Now()
+	}
+	w.outage = err
+}
+
+// outagePause is how long the wait pauses after an attempt an outage
+// failed: the engine's backoff, jittered so that the waiters of many
+// processes do not all come back at once, and no longer than a waiter's
+// renewal of its place in line, so that a place survives an outage that
+// ends soon enough.
+func (w *waiter) outagePause() time.Duration {
+	d := w.outageWait.Next()
+	d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	return min(d, waiterRenew(w.ac.ttl))
 }
 
 // inLine attempts, and listens between attempts, until the lock is ours or
@@ -83,6 +142,7 @@ func (w *waiter) wait(ctx context.Context) (*redisLock, error) {
 func (w *waiter) inLine(ctx, wctx context.Context) (*redisLock, error) {
 	for {
 		r := w.try(wctx)
+		var wake time.Duration
 		switch {
 		case r.lock != nil:
 			return r.lock, nil
@@ -91,14 +151,26 @@ func (w *waiter) inLine(ctx, wctx context.Context) (*redisLock, error) {
 			// once, with a fresh token.
 			w.freshToken()
 			continue
+		case r.transient:
+			// Redis could not answer (a failover, a restart, a network
+			// fault): the wait still has time, so the token keeps its
+			// place and is sent again after a pause, and a release that
+			// hands the lock over meanwhile still reaches it.
+			w.unsure = true
+			w.sawOutage(r.err)
+			wake = w.outagePause()
 		case !r.busy:
 			// attempt has given the token up, queue entry included.
+			w.queued, w.unsure = false, false
 			if wctx.Err() != nil {
 				return nil, w.gaveUp(ctx)
 			}
 			return nil, r.err
+		default:
+			w.outage, w.outageWait = nil, lease.Backoff{}
+			wake = wakeAfter(r.holderTTL, w.ac.ttl)
 		}
-		fence, ok := w.listen(wctx.Done(), r.holderTTL)
+		fence, ok := w.listen(wctx.Done(), wake)
 		if !ok {
 			w.leave(ctx)
 			return nil, w.gaveUp(ctx)
@@ -124,7 +196,7 @@ func (w *waiter) try(ctx context.Context) attemptResult {
 	confirmed := w.c.notify.confirmed(w.sub)
 	w.queued = w.queued || confirmed
 	sent := time.Now()
-	r := w.c.attempt(ctx, w.name, w.keys, w.ac, w.token, confirmed)
+	r := w.c.attempt(ctx, w.name, w.keys, w.ac, w.token, confirmed, true)
 	if r.busy {
 		if confirmed {
 			w.seen, w.lastSeen = max(w.seen, r.holderFence), sent
@@ -136,17 +208,18 @@ func (w *waiter) try(ctx context.Context) attemptResult {
 
 // freshToken starts over with a new token after the last one was given
 // back (released by token): it is in no queue yet.
-func (w *waiter) freshToken() { w.token, w.queued = w.ac.newToken(), false }
+func (w *waiter) freshToken() { w.token, w.queued, w.unsure = w.ac.newToken(), false, false }
 
-// listen waits, after a busy attempt, for what comes first: a hand-off of
-// the lock to token (its fence, above 0), the subscription's confirmation or
-// the wake-up timer (0: attempt again), or the end of the wait (false).
-func (w *waiter) listen(done <-chan struct{}, holder time.Duration) (fence int64, ok bool) {
+// listen waits, after an attempt, for what comes first: a hand-off of the
+// lock to token (its fence, above 0), the subscription's confirmation or
+// wake, the pause before the next attempt (0: attempt again), or the end
+// of the wait (false).
+func (w *waiter) listen(done <-chan struct{}, wake time.Duration) (fence int64, ok bool) {
 	var ready <-chan struct{}
 	if !w.queued {
 		ready = w.sub.ready // confirmed: queue now
 	}
-	timer := time.NewTimer(wakeAfter(holder, w.ac.ttl))
+	timer := time.NewTimer(wake)
 	defer timer.Stop()
 	for {
 		select {
@@ -232,18 +305,26 @@ func (w *waiter) handedOver(ctx context.Context, fence int64) (*redisLock, error
 }
 
 // leave gives token back when the wait ends while it may be in the Redis
-// queue. In the background: the caller's wait is over, and a Redis that
-// stopped answering must not hold it up for the release timeout. A late
-// attempt of token is refused once it is withdrawn.
+// queue, or hold a grant an outage kept from us. In the background: the
+// caller's wait is over, and a Redis that stopped answering must not hold
+// it up for the release timeout. A late attempt of token is refused once
+// it is withdrawn. Only once: the give-back is under way.
 func (w *waiter) leave(ctx context.Context) {
-	if w.queued {
+	if w.token != "" && (w.queued || w.unsure) {
 		w.c.giveBack(ctx, w.keys, w.token, w.ac.ttl)
 	}
+	w.queued, w.unsure = false, false
 }
 
-// gaveUp is the error of a wait that ended without the lock.
+// gaveUp is the error of a wait that ended without the lock; during an
+// outage, it says what the outage was and since when.
 func (w *waiter) gaveUp(ctx context.Context) error {
-	return w.c.gaveUp(ctx, w.name, w.q.holderTTL())
+	err := w.c.gaveUp(ctx, w.name, w.q.holderTTL())
+	var ne *NotObtainedError
+	if w.outage != nil && errors.As(err, &ne) {
+		ne.DuringOutage(w.outage, time.Since(w.outageSince))
+	}
+	return err
 }
 
 // wakeAfter is when a waiter checks again without a message: when the

@@ -52,8 +52,11 @@ func (r *Redlock) TryAcquire(ctx context.Context, name string, opts ...dlock.Acq
 // dlock.DefaultWait) passes or ctx ends. Giving up returns an error matching
 // dlock.ErrNotObtained, and also ctx's error when ctx ended the wait, so
 // callers can tell "busy" from "cancelled". Node failures that make a quorum
-// impossible end the wait at once, with ErrNoQuorum; Close ends it with
-// dlock.ErrClosed.
+// impossible for now (unreachable nodes, READONLY, LOADING: errors that
+// match dlock.ErrUnavailable) are waited out like a busy lock; a wait that
+// ends during one also matches its last error (ErrNoQuorum and
+// dlock.ErrUnavailable). Other failures end the wait at once; Close ends it
+// with dlock.ErrClosed.
 //
 // A Redlock does not queue: waiters poll. The pause between attempts is
 // drawn uniformly ("full jitter") between 5ms and a ceiling that doubles
@@ -162,18 +165,34 @@ func (r *Redlock) acquire(ctx context.Context, name string, s dlock.AcquireSetti
 	// The first attempt runs on ctx: WithWait(0) makes Acquire a single
 	// attempt, like TryAcquire, not a wait over before it began.
 	l, holder, err := r.try(ctx, name, s)
-	if err == nil || !isBusy(err) || s.Wait == 0 {
+	if err == nil || !(isBusy(err) || isOutage(err)) || s.Wait == 0 {
 		return l, false, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.Wait)
 	defer cancel()
 	defer context.AfterFunc(r.closing, cancel)() // Close ends the wait
+	// An outage (nodes unreachable, READONLY, LOADING, ...) that leaves no
+	// quorum for a moment does not end a wait that has time: it is waited
+	// out like a busy lock, and named in the error if the wait ends first.
+	var outage error
+	var outageSince time.Time
+	seen := func(err error) {
+		if isOutage(err) {
+			if outage == nil {
+				outageSince = time.Now()
+			}
+			outage = err
+		} else {
+			outage = nil
+		}
+	}
+	seen(err)
 	for n := 0; ; n++ {
 		t := time.NewTimer(backoff(n, s.TTL, holder))
 		select {
 		case <-wctx.Done():
 			t.Stop()
-			return r.gaveUp(ctx, name, holder)
+			return r.gaveUp(ctx, name, holder, outage, outageSince)
 		case <-t.C:
 		}
 		l, h, err := r.try(wctx, name, s)
@@ -184,24 +203,32 @@ func (r *Redlock) acquire(ctx context.Context, name string, s dlock.AcquireSetti
 		case err == nil:
 			return l, false, nil
 		case wctx.Err() != nil:
-			return r.gaveUp(ctx, name, holder)
-		case !isBusy(err):
+			return r.gaveUp(ctx, name, holder, outage, outageSince)
+		case !isBusy(err) && !isOutage(err):
 			return nil, false, err
 		}
+		seen(err)
 	}
+}
+
+// isOutage reports whether err is an attempt's failure that waiting can
+// cure: nodes unreachable or unable to serve for now.
+func isOutage(err error) bool {
+	return !isBusy(err) && errors.Is(err, dlock.ErrUnavailable)
 }
 
 // gaveUp is the error of a wait that ended without the lock: busy, and also
 // ctx's error when ctx ended it; ErrClosed when Close did. It reports
 // whether the wait limit ended the wait.
-func (r *Redlock) gaveUp(ctx context.Context, name string, holder time.Duration) (*Lock, bool, error) {
+func (r *Redlock) gaveUp(ctx context.Context, name string, holder time.Duration, outage error, since time.Time) (*Lock, bool, error) {
 	if r.isClosed() {
 		return nil, false, opError("acquire", name, dlock.ErrClosed)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, false, opError("acquire", name, dlock.NewNotObtainedError(name, holder, err))
+	e := dlock.NewNotObtainedError(name, holder, ctx.Err())
+	if outage != nil {
+		e.DuringOutage(outage, time.Since(since))
 	}
-	return nil, true, opError("acquire", name, dlock.NewNotObtainedError(name, holder, nil))
+	return nil, ctx.Err() == nil, opError("acquire", name, e)
 }
 
 // Bounds of the pause between busy attempts: see Acquire.

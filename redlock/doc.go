@@ -28,6 +28,9 @@
 // A lock held elsewhere is reported busy (dlock.ErrNotObtained), and
 // Acquire keeps waiting, whenever the nodes that failed leave a quorum
 // reachable; ErrNoQuorum only when failed nodes make a quorum impossible.
+// Acquire waits out that too when the nodes are unreachable or cannot serve
+// for now (dlock.ErrUnavailable): a wait that ends during such an outage
+// matches dlock.ErrNotObtained, ErrNoQuorum and dlock.ErrUnavailable.
 // Waiting polls with jittered backoff: Redlock does not join the core's
 // waiter queues.
 //

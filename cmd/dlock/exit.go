@@ -84,6 +84,11 @@ func exitCode(err error, conflict int) int {
 		return exitUsage
 	case errors.Is(err, dlock.ErrLockLost):
 		return exitLost
+	case errors.Is(err, dlock.ErrNotObtained) && errors.Is(err, dlock.ErrUnavailable):
+		// The wait ran out while Redis could not serve it: nobody was seen
+		// to hold the lock, and an alert for Redis is what the caller
+		// needs, not a quiet skip.
+		return exitRedis
 	case errors.Is(err, dlock.ErrNotObtained),
 		errors.Is(err, dlock.ErrMismatch): // the name is in use otherwise: a conflict too
 		return conflict

@@ -1,0 +1,123 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// refusedSeen counts the commands a refused connection failed.
+type refusedSeen struct{ n atomic.Int64 }
+
+func (o *refusedSeen) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (o *refusedSeen) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil && strings.Contains(err.Error(), "connection refused") {
+			o.n.Add(1)
+		}
+		return err
+	}
+}
+func (o *refusedSeen) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A quorum out of reach for a moment (the nodes down, then back with their
+// data) does not end a wait that still has time: the waiter gets the lock
+// once the nodes are back and the holder releases. All three go down: with
+// two, an attempt whose busy reply came in before the second refusal
+// counted as busy, and waited on even before waits rode out outages. Nodes
+// demoted to replicas would not do either: a Redlock attempt on a busy
+// lock writes nothing, so READONLY never comes.
+func TestWaitRidesOutQuorumOutage(t *testing.T) {
+	// Every write on disk before its reply: a restarted node has the
+	// holder's lock as it was.
+	srvs := redistest.StartPrimaries(t, 3, "--appendonly", "yes", "--appendfsync", "always")
+	seen := &refusedSeen{}
+	clients := func(hook redis.Hook) []redis.UniversalClient {
+		rdbs := make([]redis.UniversalClient, len(srvs))
+		for i, s := range srvs {
+			rdb := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+			if hook != nil {
+				rdb.AddHook(hook)
+			}
+			t.Cleanup(func() { _ = rdb.Close() })
+			rdbs[i] = rdb
+		}
+		return rdbs
+	}
+	holderR := newRedlock(t, clients(nil))
+	waiterR := newRedlock(t, clients(seen))
+	holder, err := holderR.Acquire(bg, "outage", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	var waiter dlock.Lock
+	go func() {
+		l, err := waiterR.Acquire(bg, "outage", dlock.WithTTL(2*time.Second), dlock.WithWait(20*time.Second))
+		waiter = l
+		got <- err
+	}()
+	for _, s := range srvs {
+		s.Kill()
+	}
+	waitFor(t, "the waiter's attempts to fail on the nodes that are down", func() bool {
+		select {
+		case err := <-got:
+			t.Fatalf("the wait ended during the outage, with 20s to wait: %v", err)
+		default:
+		}
+		return seen.n.Load() >= 9 // three attempts, each on every node
+	})
+	for _, s := range srvs {
+		if err := s.Restart(bg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := holder.Release(bg); err != nil {
+		t.Fatalf("the holder's release after the outage: %v", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiter, whose wait had time left, did not get the lock: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter did not get the released lock within 15s")
+	}
+	if err := waiter.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A wait that a quorum outage outlasts ends when its time is up, matching
+// ErrNotObtained, ErrNoQuorum and ErrUnavailable.
+func TestWaitEndedInQuorumOutageSaysBoth(t *testing.T) {
+	srvs, rdbs := startNodes(t, 3)
+	r := newRedlock(t, rdbs)
+	srvs[1].Kill()
+	srvs[2].Kill()
+	start := time.Now()
+	_, err := r.Acquire(bg, "outage", dlock.WithTTL(2*time.Second), dlock.WithWait(time.Second))
+	took := time.Since(start)
+	t.Logf("after %v: %v", took.Round(time.Millisecond), err)
+	for _, want := range []error{dlock.ErrNotObtained, redlock.ErrNoQuorum, dlock.ErrUnavailable} {
+		if !errors.Is(err, want) {
+			t.Errorf("Acquire = %v; does not match %v", err, want)
+		}
+	}
+	if took < time.Second {
+		t.Fatalf("the wait ended after %v, before its 1s", took)
+	}
+}
