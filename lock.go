@@ -72,6 +72,14 @@ type redisLock struct {
 	// releasing: a Release is under way. A renewal or Refresh that finds the
 	// lock gone then saw our own release, not a loss.
 	releasing bool
+	// unconfirmed: a Release was sent and got no answer (its reply lost,
+	// Redis unreachable): it may have run. confirmRelease sends it again
+	// until an answer comes; a release answered "released before" (2)
+	// then proves the first one ran while the lock was ours.
+	unconfirmed bool
+	// retryOK: confirmRelease found the release done; the caller's Release
+	// tried again reports success, once, as the record in Redis says.
+	retryOK bool
 	// The lock's context is made on the first call of Context: most
 	// callers of Acquire never ask for it, and it costs allocations.
 	ctx    context.Context
@@ -269,7 +277,14 @@ func (l *redisLock) releaseOrGiveBack(ctx context.Context) error {
 func (l *redisLock) release(ctx context.Context, cause error) error {
 	l.releaseMu.Lock()
 	defer l.releaseMu.Unlock()
-	if l.is(released) {
+	l.mu.Lock()
+	phase, retryOK, pending := l.life.Phase(), l.retryOK, l.unconfirmed
+	l.retryOK = false
+	l.mu.Unlock()
+	if phase == released {
+		if retryOK {
+			return nil // the release that failed to answer ran: confirmRelease heard it
+		}
 		return opError("release", l.name, ErrNotHeld)
 	}
 	l.c.renewer.Forget(&l.entry)
@@ -277,20 +292,37 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	res, err := l.c.releaseWith(ctx, l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL, MinHold: l.minHold})
 	if err != nil {
 		l.setReleasing(false)
+		l.mu.Lock()
+		now := time.Now()
+		phase := l.life.Phase()
 		// A lapsed lock whose give-back was left to this Release
 		// (leaseEnded skips it while one is under way): the key a renewal
 		// may have leased for nobody is given back now, the holder being
 		// done with it.
-		l.mu.Lock()
-		now := time.Now()
-		lapsed, until := l.life.Phase() == lost && l.asked.After(now), l.asked
+		lapsed, until := phase == lost && l.asked.After(now), l.asked
+		// A held one: the release may have run. It is sent again in the
+		// background until it is answered, so that a release that ran is
+		// not reported lost at the lease deadline, and one that did not
+		// frees the key before that.
+		confirm := phase == held && !l.unconfirmed
+		l.unconfirmed = l.unconfirmed || phase == held
 		l.mu.Unlock()
-		if lapsed {
+		switch {
+		case lapsed:
 			l.giveBackLapsed(now, until)
+		case confirm:
+			l.c.own.Go(func() { l.confirmRelease(cause, until) })
 		}
+	} else {
+		l.setUnconfirmed(false)
 	}
 	e := ReleaseEvent{Name: l.name, Held: time.Since(l.start), AfterLoss: l.is(lost), TTL: l.leaseTTL()}
 	switch {
+	case err == nil && e.AfterLoss && res == 2 && pending:
+		// An earlier Release, unanswered, ran while the lock was ours (2:
+		// its record is there), before the deadline told the holder the
+		// lock was lost: the caller's release went through.
+		e.Result = ResultOK
 	case err == nil && e.AfterLoss && (res == 1 || res == 2):
 		// The lock's context already told the holder it was lost (its
 		// lease deadline passed, a margin before Redis' own): the key, still
@@ -300,8 +332,9 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 		e.Result = ResultNotHeld
 	case err != nil:
 		// State unknown: the caller may try again, and a re-sent release
-		// that finds the record of its release still reports success. Until then
-		// the lease deadline still ends the lock's context.
+		// that finds the record of its release still reports success.
+		// Until one is answered (confirmRelease) the lease deadline still
+		// ends the lock's context.
 		err = opError("release", l.name, redisError(err))
 		e.Result = ResultError
 	case res == 1 || res == 2: // 2: this token's release had already run (a re-sent command)
@@ -324,6 +357,54 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	e.Err = err
 	l.c.cfg.observers.release(ctx, e)
 	return err
+}
+
+// confirmRelease sends a Release that got no answer again, with the
+// engine's backoff, until one is answered or the key could hold nothing of
+// ours any more (until, the latest lease asked for) or Close begins. The
+// caller's own Release tried again meanwhile settles it as well. Answered
+// "released" (1 now, 2 before), the lock ends released, not lost, and the
+// caller's next Release reports success; "not ours" (0), it was lost
+// before any release of ours ran.
+func (l *redisLock) confirmRelease(cause error, until time.Time) {
+	lease.Retry(until, l.c.closing.Done(), func() error {
+		l.releaseMu.Lock()
+		defer l.releaseMu.Unlock()
+		l.mu.Lock()
+		pending := l.unconfirmed && l.life.Held()
+		l.mu.Unlock()
+		if !pending {
+			return nil // settled by the caller's Release, or the lock ended
+		}
+		rctx, cancel := l.c.cleanupContext(context.Background())
+		defer cancel()
+		l.setReleasing(true)
+		res, err := l.c.releaseWith(rctx, l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL, MinHold: l.minHold})
+		if err != nil {
+			l.setReleasing(false)
+			return err
+		}
+		l.mu.Lock()
+		l.unconfirmed = false
+		l.retryOK = res == 1 || res == 2
+		l.mu.Unlock()
+		if res == 1 || res == 2 {
+			e := ReleaseEvent{Name: l.name, Held: time.Since(l.start), TTL: l.leaseTTL(), Result: ResultOK}
+			l.warnLongHold(e.Held, e.TTL)
+			l.end(released, "", cause)
+			l.c.cfg.observers.release(rctx, e)
+			return nil
+		}
+		l.setReleasing(false)
+		l.end(lost, ReasonTakenOver, fmt.Errorf("%w: found gone or taken over before its release was answered", ErrLockLost))
+		return nil
+	})
+}
+
+func (l *redisLock) setUnconfirmed(v bool) {
+	l.mu.Lock()
+	l.unconfirmed = v
+	l.mu.Unlock()
 }
 
 // releaseWith runs the release script with a's record, give-up and min hold,
