@@ -230,6 +230,10 @@ type attemptResult struct {
 	holderTTL   time.Duration // the holder's remaining lease, when busy
 	holderFence int64         // the holder's fencing token, when busy
 	late        bool          // granted past its lease's deadline, and given back
+	// refused: the token was given up or forced in Redis (its record is
+	// there), so no attempt of it can ever take the lock: a waiter starts
+	// over with a fresh one.
+	refused bool
 	// transient: Redis could not be reached or could not serve (err says
 	// how; ErrUnavailable matches it), and the token was kept, not given
 	// back: the attempt asked to keep it (a waiter, which tries it again).
@@ -306,6 +310,12 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 			c.giveBack(ctx, k, token, ac.ttl) // an earlier attempt of token may be in line
 		}
 		return attemptResult{err: opError("acquire", name, err)}
+	}
+	if !g.OK && g.HolderTTL == node.TokenRefused {
+		// A waiter's token whose hand-off an operator forced before the
+		// waiter heard of it (its message lost), or that this client gave
+		// up: refused for good, with nothing of it in Redis.
+		return attemptResult{refused: true, err: opError("acquire", name, fmt.Errorf("%w: this attempt's token was given up or force-unlocked in Redis", ErrNotObtained))}
 	}
 	if !g.OK {
 		ttl := time.Duration(g.HolderTTL) * time.Millisecond

@@ -151,6 +151,13 @@ func (w *waiter) inLine(ctx, wctx context.Context) (*redisLock, error) {
 			// once, with a fresh token.
 			w.freshToken()
 			continue
+		case r.refused:
+			// The token is dead in Redis (a forced unlock of the lock a
+			// release handed to it, its message lost): start over, at once,
+			// with a fresh one. A fresh token has no record, so this
+			// happens once per forced token.
+			w.freshToken()
+			continue
 		case r.transient:
 			// Redis could not answer (a failover, a restart, a network
 			// fault): the wait still has time, so the token keeps its

@@ -344,12 +344,17 @@ func lockAcquire(script *redis.Script) func(Keys, string, AcquireArgs) Call {
 	}
 }
 
+// TokenRefused is Grant.HolderTTL for a token whose record refuses it (it
+// was given up, released or force-unlocked): no attempt of it takes the
+// lock again.
+const TokenRefused = -3
+
 // Grant is the acquire script's answer.
 type Grant struct {
 	OK    bool  // the lock is ours
 	Fence int64 // our fence, when OK
 	// HolderTTL is the holder's remaining lease in ms when not OK (-1: no
-	// expiry, -3: the token was given up), HolderFence its fence. For a
+	// expiry, TokenRefused: the token was given up), HolderFence its fence. For a
 	// semaphore: the time until the earliest permit's lease ends, and the
 	// fence counter (above every grant before the attempt).
 	HolderTTL, HolderFence int64
