@@ -59,7 +59,19 @@ func (p plainChannels) open(ctx context.Context, chans []string) *redis.PubSub {
 }
 
 func (plainChannels) subscribe(ctx context.Context, ps *redis.PubSub, channel string) error {
-	return ps.Subscribe(ctx, channel)
+	return forgetFailed(ps.Subscribe(ctx, channel), func() error { return ps.Unsubscribe(ctx, channel) })
+}
+
+// forgetFailed undoes, in go-redis' own record, a subscription whose write
+// failed: go-redis records the channel whatever the outcome, and would
+// subscribe it again when its connection comes back, for a subscription
+// dlock knows nothing of. The unsubscribe drops the record first; its own
+// write fails as harmlessly.
+func forgetFailed(err error, unsubscribe func() error) error {
+	if err != nil {
+		_ = unsubscribe()
+	}
+	return err
 }
 
 func (plainChannels) unsubscribe(ctx context.Context, ps *redis.PubSub, channel string) error {
@@ -98,7 +110,7 @@ func (s shardChannels) open(ctx context.Context, chans []string) *redis.PubSub {
 }
 
 func (shardChannels) subscribe(ctx context.Context, ps *redis.PubSub, channel string) error {
-	return ps.SSubscribe(ctx, channel)
+	return forgetFailed(ps.SSubscribe(ctx, channel), func() error { return ps.SUnsubscribe(ctx, channel) })
 }
 
 func (shardChannels) unsubscribe(ctx context.Context, ps *redis.PubSub, channel string) error {
