@@ -318,6 +318,13 @@ func TestSemaphoreMismatch(t *testing.T) {
 		t.Fatalf("Permits on a name held as an exclusive lock: %v, want ErrMismatch", err)
 	}
 	_ = x.Release(bg)
+
+	r := mustAcquire(t, c, "read", dlock.Shared())
+	if _, err := c.TryAcquire(bg, "read", dlock.Permits(2)); !errors.Is(err, dlock.ErrMismatch) ||
+		!strings.Contains(err.Error(), "read lock") || strings.Contains(err.Error(), "exclusive") {
+		t.Fatalf("Permits on a name held by readers: %v, want ErrMismatch naming the read lock", err)
+	}
+	_ = r.Release(bg)
 }
 
 func TestSemaphoreInvalidPermits(t *testing.T) {

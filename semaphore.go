@@ -53,6 +53,8 @@ func mismatch(ac acquireConfig, g node.Grant) error {
 	switch {
 	case g.Exclusive:
 		return fmt.Errorf("%w: Permits(%d) asked, but the name is held as an exclusive lock", ErrMismatch, ac.permits)
+	case g.Readers:
+		return fmt.Errorf("%w: Permits(%d) asked, but the name is held as a read lock (Shared)", ErrMismatch, ac.permits)
 	case g.Permits > 0:
 		return fmt.Errorf("%w: Permits(%d) asked, but the holders use Permits(%d)", ErrMismatch, ac.permits, g.Permits)
 	}

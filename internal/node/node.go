@@ -359,9 +359,11 @@ type Grant struct {
 	// fence counter (above every grant before the attempt).
 	HolderTTL, HolderFence int64
 	// Semaphore refusals: Permits is the holders' n when they use another
-	// one; Exclusive, that the name is held as an exclusive lock.
+	// one; Exclusive, that the name is held as an exclusive lock, and
+	// Readers as a read lock.
 	Permits   int64
 	Exclusive bool
+	Readers   bool
 }
 
 // ParseGrant reads the acquire script's reply {1, fence} or {0, pttl,
@@ -387,6 +389,8 @@ func ParseGrant(res []any) (Grant, error) {
 		return Grant{Permits: g.HolderFence}, nil
 	case -5:
 		return Grant{Exclusive: true}, nil
+	case -6:
+		return Grant{Readers: true}, nil
 	}
 	return g, nil
 }

@@ -12,7 +12,7 @@
 -- Returns {1, fence} when a permit is ours; {0, pttl, fence counter} when
 -- all are held (see sem_busy); {0, -3, 0} for a token its client gave up;
 -- {0, -4, n of the holders} when the holders use another n; {0, -5, 0} when
--- the name is held as an exclusive lock.
+-- the name is held as an exclusive lock, {0, -6, 0} as a read lock.
 local k = {sem = KEYS[1], data = KEYS[2], fence = KEYS[3], queue = KEYS[4], qdata = KEYS[5]}
 local token, ttl, owner, waiter = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local n = tonumber(ARGV[8])
@@ -22,6 +22,11 @@ if redis.call('EXISTS', KEYS[6]) == 1 then
   return {0, -3, 0}
 end
 if redis.call('EXISTS', KEYS[7]) == 1 then
+  -- Readers hold it when its token is the readers' marker (READERS in
+  -- common.lua): only on this refusal is the hash read.
+  if redis.call('TYPE', KEYS[7]).ok == 'hash' and redis.call('HGET', KEYS[7], 'token') == '*readers' then
+    return {0, -6, 0}
+  end
   return {0, -5, 0}
 end
 local now_ms, now_us = server_now()
