@@ -48,11 +48,10 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ac acquireConfig) 
 // "busy" from "cancelled".
 //
 // Waiting does not poll. Waiters line up in a queue in Redis, one entry per
-// Client and name, and the holder's release hands the lock straight to the
-// first live entry and tells it with one message: a release costs Redis the
-// same whatever the number of waiters. Inside a process, goroutines waiting
-// for the same name line up locally in FIFO order and only the first talks
-// to Redis. A waiter also wakes when the holder's lease would run out (a
+// waiting goroutine in the order they arrived, across processes, and the
+// holder's release hands the lock straight to the first live entry and
+// tells it with one message: a release costs Redis the same whatever the
+// number of waiters. A waiter also wakes when the holder's lease would run out (a
 // crashed holder releases nothing) and renews its place in line on a
 // jittered timer; a waiter that stops renewing (it crashed) is skipped.
 //
@@ -130,7 +129,7 @@ func (c *Client) acquire(ctx context.Context, name string, ac acquireConfig) (*r
 		case r.transient:
 			// Redis is out for a moment: wait it out, with the token,
 			// which a lost reply may have granted.
-			w := &waiter{c: c, name: name, keys: k, ac: ac, token: token}
+			w := &waiter{c: c, name: name, keys: k, ac: ac, token: token, unsure: true}
 			w.sawOutage(r.err)
 			return w.wait(ctx)
 		case !r.busy && !r.late:
@@ -280,7 +279,7 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		if isServerReply(err) {
 			verdict = c.serverVerdictNow()
 		}
-		if verdict == nil && keep && unavailable(err) {
+		if verdict == nil && keep && outage(err) {
 			return attemptResult{transient: true, err: opError("acquire", name, err)}
 		}
 		if !errors.Is(err, ErrWrongType) {

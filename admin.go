@@ -25,7 +25,7 @@ type LockInfo struct {
 	Since   time.Time     // when this holder acquired it (the Redis server's clock)
 	Lease   time.Duration // the lease the holder asked for (its TTL)
 	TTL     time.Duration // what is left of the lease now
-	Waiters int64         // clients lined up for it in Redis
+	Waiters int64         // waiters lined up for it in Redis, one per waiting goroutine
 
 	// Kind is KindExclusive, KindShared when readers (Shared) hold it, or
 	// KindSemaphore.

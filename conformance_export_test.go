@@ -2,16 +2,16 @@ package dlock
 
 import "time"
 
-// LocalWaiters returns how many goroutines wait in c.Acquire for name in
-// this process: those lined up in its local queue, and the readers, which
-// wait beside it (each in the Redis queue). The conformance suite
+// LocalWaiters returns how many goroutines of this process wait in
+// c.Acquire for name with their place in the Redis queue (a queued attempt
+// answered): the order they are handed the lock in is set. The conformance suite
 // uses it (Harness.Waiters) to know a waiter is in line before it releases
 // or cancels, instead of sleeping and hoping.
 func LocalWaiters(c *Client, name string) int {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if q := c.queues[name]; q != nil {
-		return len(q.turns) + q.readers
+		return q.placed
 	}
 	return 0
 }

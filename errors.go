@@ -168,6 +168,12 @@ func unavailable(err error) bool {
 	return false
 }
 
+// outage reports whether err is an outage a wait rides out: unavailable,
+// but not the go-redis client closed under us, which no waiting cures.
+func outage(err error) bool {
+	return unavailable(err) && !errors.Is(err, redis.ErrClosed)
+}
+
 // NotObtainedError is returned, wrapped in an *Error, when another holder has
 // the lock. It matches ErrNotObtained, and also the context's error when the
 // context ended the wait, so callers can tell "busy" from "gave up because
@@ -226,17 +232,17 @@ func (e *NotObtainedError) Error() string {
 // Is makes errors.Is(err, ErrNotObtained) true.
 func (e *NotObtainedError) Is(target error) bool { return target == ErrNotObtained }
 
-// Unwrap returns the context's error when it ended the wait, and the last
+// Unwrap returns the context's error when it ended the wait, or the last
 // error of an outage the wait was riding out when it ended (which matches
-// ErrUnavailable).
-func (e *NotObtainedError) Unwrap() []error {
-	var errs []error
-	for _, err := range []error{e.cause, e.outage} {
-		if err != nil {
-			errs = append(errs, err)
-		}
+// ErrUnavailable), or both joined.
+func (e *NotObtainedError) Unwrap() error {
+	switch {
+	case e.outage == nil:
+		return e.cause
+	case e.cause == nil:
+		return e.outage
 	}
-	return errs
+	return errors.Join(e.cause, e.outage)
 }
 
 // ReplicaError tells how many replicas acknowledged a new lock in time

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -253,5 +254,40 @@ func TestLossNotHiddenByRacingRelease(t *testing.T) {
 	}
 	if cause := context.Cause(lctx); !errors.Is(cause, dlock.ErrLockLost) {
 		t.Fatalf("cause %v, want the loss (ErrLockLost)", cause)
+	}
+}
+
+// A wait whose every grant comes late (a TTL near the round trip) backs off
+// between attempts, growing: without a pause it granted, gave back and
+// granted again as fast as Redis answered, each with a give-back in the
+// background, until the wait ended.
+func TestLateGrantsBackOff(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := srv.Client(t)
+	loadScripts(t, plain)
+	var grants atomic.Int32
+	slow := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = slow.Close() })
+	const ttl = 20 * time.Millisecond
+	slow.AddHook(&hook{after: func(cmd redis.Cmder) {
+		if !isScript(cmd, scripts.Acquire) || cmd.Err() != nil {
+			return
+		}
+		if res, _ := cmd.(*redis.Cmd).Slice(); len(res) >= 2 && res[0] == int64(1) {
+			grants.Add(1)
+			time.Sleep(ttl + 10*time.Millisecond) // the reply comes after the lease's deadline
+		}
+	}})
+	c := newLocker(t, slow)
+	_, err := c.Acquire(bg, "late-loop", dlock.WithTTL(ttl), dlock.WithWait(1500*time.Millisecond))
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("Acquire with every grant late: %v, want ErrNotObtained", err)
+	}
+	// 1.5s at 30ms a grant is 50 back to back; the backoff (from 20ms,
+	// doubling, jittered) leaves about 8.
+	if n := grants.Load(); n > 16 {
+		t.Fatalf("%d late grants in a 1.5s wait: no backoff between them", n)
+	} else {
+		t.Logf("%d late grants in a 1.5s wait", n)
 	}
 }

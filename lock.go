@@ -278,7 +278,7 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	l.releaseMu.Lock()
 	defer l.releaseMu.Unlock()
 	l.mu.Lock()
-	phase, retryOK, pending := l.life.Phase(), l.retryOK, l.unconfirmed
+	phase, retryOK := l.life.Phase(), l.retryOK
 	l.retryOK = false
 	l.mu.Unlock()
 	if phase == released {
@@ -318,11 +318,6 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	}
 	e := ReleaseEvent{Name: l.name, Held: time.Since(l.start), AfterLoss: l.is(lost), TTL: l.leaseTTL()}
 	switch {
-	case err == nil && e.AfterLoss && res == 2 && pending:
-		// An earlier Release, unanswered, ran while the lock was ours (2:
-		// its record is there), before the deadline told the holder the
-		// lock was lost: the caller's release went through.
-		e.Result = ResultOK
 	case err == nil && e.AfterLoss && (res == 1 || res == 2):
 		// The lock's context already told the holder it was lost (its
 		// lease deadline passed, a margin before Redis' own): the key, still
@@ -372,31 +367,52 @@ func (l *redisLock) confirmRelease(cause error, until time.Time) {
 		defer l.releaseMu.Unlock()
 		l.mu.Lock()
 		pending := l.unconfirmed && l.life.Held()
+		if pending {
+			l.releasing = true // under the same hold: a renewal's "gone" is our release
+		}
 		l.mu.Unlock()
 		if !pending {
 			return nil // settled by the caller's Release, or the lock ended
 		}
 		rctx, cancel := l.c.cleanupContext(context.Background())
 		defer cancel()
-		l.setReleasing(true)
 		res, err := l.c.releaseWith(rctx, l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL, MinHold: l.minHold})
+		l.mu.Lock()
+		now := time.Now()
+		phase := l.life.Phase()
 		if err != nil {
-			l.setReleasing(false)
+			l.releasing = false
+			// The deadline may have passed during this try, and left the
+			// give-back of a key a renewal may have leased for nobody to
+			// it (leaseEnded skips it while a release is under way): give
+			// it back now, as a failed Release does.
+			lapsed, asked := phase == lost && l.asked.After(now), l.asked
+			l.mu.Unlock()
+			if lapsed {
+				l.giveBackLapsed(now, asked)
+			}
 			return err
 		}
-		l.mu.Lock()
 		l.unconfirmed = false
-		l.retryOK = res == 1 || res == 2
+		done := res == 1 || res == 2
+		// Answered after the deadline ended the lock: the key is freed,
+		// but the holder was told the lock was lost, and its retried
+		// Release says so (as release does for a reply after the loss).
+		l.retryOK = done && phase == held
+		if !done || phase != held {
+			l.releasing = false
+		}
 		l.mu.Unlock()
-		if res == 1 || res == 2 {
+		switch {
+		case phase != held:
+		case done:
 			e := ReleaseEvent{Name: l.name, Held: time.Since(l.start), TTL: l.leaseTTL(), Result: ResultOK}
 			l.warnLongHold(e.Held, e.TTL)
 			l.end(released, "", cause)
 			l.c.cfg.observers.release(rctx, e)
-			return nil
+		default:
+			l.end(lost, ReasonTakenOver, fmt.Errorf("%w: found gone or taken over before its release was answered", ErrLockLost))
 		}
-		l.setReleasing(false)
-		l.end(lost, ReasonTakenOver, fmt.Errorf("%w: found gone or taken over before its release was answered", ErrLockLost))
 		return nil
 	})
 }

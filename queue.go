@@ -5,16 +5,14 @@ import (
 	"time"
 )
 
-// localQueue lines up the goroutines of this process that wait for one
-// name, in arrival order. Only the first talks to Redis; the others wait for
-// their turn here, so a release never wakes a herd.
+// localQueue counts the goroutines of this process that wait for one name.
+// Each waits in the Redis queue with its own token (see waiter); the count
+// is for a new Acquire, which must not overtake them (waitersOf).
 type localQueue struct {
-	// turns has one channel per waiting goroutine, in arrival order,
-	// closed when that goroutine is first in line. Guarded by Client.qmu.
-	turns []chan struct{}
-	// readers counts the waiting readers, which take no turn (see
-	// joinShared). Guarded by Client.qmu.
-	readers int
+	waiters int // guarded by Client.qmu
+	// placed counts the waiters whose queued attempt Redis answered: they
+	// have their place in line. Guarded by Client.qmu.
+	placed int
 
 	mu     sync.Mutex
 	holder time.Duration // the holder's lease at the last attempt
@@ -40,48 +38,8 @@ func (c *Client) waitersOf(name string) bool {
 	return c.queues[name] != nil
 }
 
-// joinLocal lines the calling goroutine up for name: the returned turn is
-// closed when it is first in line.
-func (c *Client) joinLocal(name string) (q *localQueue, turn chan struct{}) {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	q = c.queues[name]
-	if q == nil {
-		q = &localQueue{}
-		c.queues[name] = q
-	}
-	turn = make(chan struct{})
-	q.turns = append(q.turns, turn)
-	if len(q.turns) == 1 {
-		close(turn)
-	}
-	return q, turn
-}
-
-// leaveLocal takes turn out of the line, and gives the turn to the next
-// waiter when turn had it.
-func (c *Client) leaveLocal(name string, q *localQueue, turn chan struct{}) {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	for i, t := range q.turns {
-		if t != turn {
-			continue
-		}
-		q.turns = append(q.turns[:i], q.turns[i+1:]...)
-		if i == 0 && len(q.turns) > 0 {
-			close(q.turns[0])
-		}
-		break
-	}
-	if len(q.turns) == 0 && q.readers == 0 {
-		delete(c.queues, name)
-	}
-}
-
-// joinShared counts a waiting reader of name: readers take no turn, each
-// waits in the Redis queue with its own token, but a new Acquire of name
-// must still see that this process waits for it (waitersOf).
-func (c *Client) joinShared(name string) *localQueue {
+// joinWaiters counts a waiter of name.
+func (c *Client) joinWaiters(name string) *localQueue {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	q := c.queues[name]
@@ -89,16 +47,24 @@ func (c *Client) joinShared(name string) *localQueue {
 		q = &localQueue{}
 		c.queues[name] = q
 	}
-	q.readers++
+	q.waiters++
 	return q
 }
 
-// leaveShared undoes joinShared.
-func (c *Client) leaveShared(name string, q *localQueue) {
+// place counts (d = 1) or uncounts (d = -1) a waiter with its place in the
+// Redis queue.
+func (c *Client) place(q *localQueue, d int) {
+	c.qmu.Lock()
+	q.placed += d
+	c.qmu.Unlock()
+}
+
+// leaveWaiters undoes joinWaiters.
+func (c *Client) leaveWaiters(name string, q *localQueue) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	q.readers--
-	if len(q.turns) == 0 && q.readers == 0 && c.queues[name] == q {
+	q.waiters--
+	if q.waiters == 0 && c.queues[name] == q {
 		delete(c.queues, name)
 	}
 }

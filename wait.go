@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -12,11 +13,9 @@ import (
 	"github.com/dlock-go/dlock/internal/node"
 )
 
-// waiter is one Acquire's wait for a busy lock: first in this process's
-// line for the name, then, once first, in the queue in Redis. Only the first
-// local waiter of a name gets past the local line, so one goroutine per name
-// and process talks to Redis. Readers (Shared) skip the local line: each
-// waits in the Redis queue with its own token.
+// waiter is one Acquire's wait for a busy lock, in the queue in Redis with
+// its own token, whatever the lock's kind: waiters are handed the lock in
+// the order they arrived in Redis, across processes.
 //
 // Until Redis confirms the subscription to this client's hand-off channel,
 // the waiter makes plain attempts on its timer, without queueing: a hand-off
@@ -37,6 +36,9 @@ type waiter struct {
 	// attempt after the subscription's confirmation queues, so it also
 	// tells whether the last attempt did.
 	queued bool
+	// placed: a queued attempt was answered busy, so the waiter has its
+	// place in line (counted in q.placed, for the waiters a test sees).
+	placed bool
 	// unsure: an attempt of token got no answer (an outage), so token may
 	// hold a grant or a place in line that nobody heard of: the wait gives
 	// it back if it ends without the lock.
@@ -47,10 +49,14 @@ type waiter struct {
 	outage      error
 	outageSince time.Time
 	outageWait  lease.Backoff
+	lateWait    lease.Backoff // between attempts whose grants came late
 	// seen is the largest holder fence of a queued busy reply, lastSeen
 	// the send time of the last queued busy attempt: see handOff.
-	seen     int64
-	lastSeen time.Time
+	// firstQueued is the send time of token's first queued attempt: a
+	// hand-off to token comes after it, whether or not its reply was heard.
+	seen        int64
+	lastSeen    time.Time
+	firstQueued time.Time
 }
 
 // wait waits for the lock, up to the wait limit, the end of ctx or Close.
@@ -59,23 +65,18 @@ func (w *waiter) wait(ctx context.Context) (*redisLock, error) {
 	defer cancel()
 	defer context.AfterFunc(w.c.closing, cancel)() // Close ends the wait
 
-	if w.ac.shared {
-		// Readers do not line up locally: each queues its own token in
-		// Redis, so that one release lets in every reader of this process
-		// that waits ahead of the next writer, with one message for all.
-		w.q = w.c.joinShared(w.name)
-		defer w.c.leaveShared(w.name, w.q)
-	} else {
-		q, turn := w.c.joinLocal(w.name)
-		defer w.c.leaveLocal(w.name, q, turn)
-		w.q = q
-		select {
-		case <-turn:
-		case <-wctx.Done():
-			w.leave(ctx)
-			return nil, w.gaveUp(ctx)
+	// Every waiter takes its own place in the Redis queue, with its own
+	// token, when it arrives: the order is the server's arrival order
+	// across processes. (A process-local line in front of it, with one
+	// goroutine per name in Redis, put a goroutine that arrived behind
+	// another of its process behind every waiter of other processes.)
+	w.q = w.c.joinWaiters(w.name)
+	defer w.c.leaveWaiters(w.name, w.q)
+	defer func() {
+		if w.placed {
+			w.c.place(w.q, -1)
 		}
-	}
+	}()
 	sub, err := w.subscribe(wctx)
 	if err != nil {
 		w.leave(ctx)
@@ -104,7 +105,7 @@ func (w *waiter) subscribe(wctx context.Context) (*subscription, error) {
 			return sub, nil
 		}
 		err = opError("acquire", w.name, redisError(err))
-		if !unavailable(err) || wctx.Err() != nil {
+		if !outage(err) || wctx.Err() != nil {
 			return nil, err
 		}
 		w.sawOutage(err)
@@ -112,6 +113,13 @@ func (w *waiter) subscribe(wctx context.Context) (*subscription, error) {
 			return nil, err
 		}
 	}
+}
+
+// latePause is how long the wait pauses after a grant that came too late:
+// the engine's backoff, jittered.
+func (w *waiter) latePause() time.Duration {
+	d := w.lateWait.Next()
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
 // sawOutage records err, an outage's, for the wait's error should the wait
@@ -147,9 +155,16 @@ func (w *waiter) inLine(ctx, wctx context.Context) (*redisLock, error) {
 		case r.lock != nil:
 			return r.lock, nil
 		case r.late:
-			// The grant came too late and was given up: try again at
-			// once, with a fresh token.
+			// The grant came too late and was given up: try again with a
+			// fresh token, after a pause that grows while grants keep
+			// coming late (a TTL near the round trip, a stalled process),
+			// or the wait would grant, give back and grant again as fast
+			// as Redis answers. The fresh token is in no line, so nothing
+			// is to be heard meanwhile.
 			w.freshToken()
+			if !lease.Pause(w.latePause(), wctx.Done()) {
+				return nil, w.gaveUp(ctx)
+			}
 			continue
 		case r.refused:
 			// The token is dead in Redis (a forced unlock of the lock a
@@ -174,7 +189,7 @@ func (w *waiter) inLine(ctx, wctx context.Context) (*redisLock, error) {
 			}
 			return nil, r.err
 		default:
-			w.outage, w.outageWait = nil, lease.Backoff{}
+			w.outage, w.outageWait, w.lateWait = nil, lease.Backoff{}, lease.Backoff{}
 			wake = wakeAfter(r.holderTTL, w.ac.ttl)
 		}
 		fence, ok := w.listen(wctx.Done(), wake)
@@ -186,6 +201,12 @@ func (w *waiter) inLine(ctx, wctx context.Context) (*redisLock, error) {
 			continue // attempt again
 		}
 		l, err := w.handedOver(ctx, fence)
+		if err != nil && outage(err) && wctx.Err() == nil {
+			// Confirming the hand-off met an outage: the lock was let go
+			// (or its token given back); wait on, as after a lapsed one.
+			w.sawOutage(err)
+			err = ErrNotHeld
+		}
 		if !errors.Is(err, ErrNotHeld) {
 			return l, err
 		}
@@ -201,12 +222,19 @@ func (w *waiter) inLine(ctx, wctx context.Context) (*redisLock, error) {
 // confirmed, a plain one before.
 func (w *waiter) try(ctx context.Context) attemptResult {
 	confirmed := w.c.notify.confirmed(w.sub)
-	w.queued = w.queued || confirmed
 	sent := time.Now()
+	if confirmed && !w.queued {
+		w.firstQueued = sent
+	}
+	w.queued = w.queued || confirmed
 	r := w.c.attempt(ctx, w.name, w.keys, w.ac, w.token, confirmed, true)
 	if r.busy {
 		if confirmed {
 			w.seen, w.lastSeen = max(w.seen, r.holderFence), sent
+			if !w.placed {
+				w.placed = true
+				w.c.place(w.q, 1)
+			}
 		}
 		w.q.setHolderTTL(r.holderTTL)
 	}
@@ -215,7 +243,9 @@ func (w *waiter) try(ctx context.Context) attemptResult {
 
 // freshToken starts over with a new token after the last one was given
 // back (released by token): it is in no queue yet.
-func (w *waiter) freshToken() { w.token, w.queued, w.unsure = w.ac.newToken(), false, false }
+func (w *waiter) freshToken() {
+	w.token, w.queued, w.unsure, w.lastSeen, w.firstQueued = w.ac.newToken(), false, false, time.Time{}, time.Time{}
+}
 
 // listen waits, after an attempt, for what comes first: a hand-off of the
 // lock to token (its fence, above 0), the subscription's confirmation or
@@ -278,12 +308,33 @@ func handedTo(msg, token string) (int64, bool) {
 }
 
 // handedOver makes the Lock a release handed to us. Its lease started after
-// lastSeen; when too little of it is known to be left, it is refreshed before
-// the caller starts work. An error matching ErrNotHeld means the hand-off's
-// lease ran out before it was confirmed: the caller waits on.
+// lastSeen (or, with no busy reply heard for the token, after its first
+// queued attempt); when too little of it is known to be left, it is
+// refreshed before the caller starts work, and when none is, before the
+// Lock is made, so that no Lock starts out lost. An error matching
+// ErrNotHeld means the hand-off's lease ran out before it was confirmed:
+// the caller waits on.
 func (w *waiter) handedOver(ctx context.Context, fence int64) (*redisLock, error) {
 	c, ac := w.c, w.ac
-	l := c.newLock(ctx, w.name, w.keys, w.token, fence, ac, w.lastSeen)
+	start := w.lastSeen
+	if start.IsZero() {
+		start = w.firstQueued
+	}
+	if ac.replicas == 0 && !time.Now().Before(leaseEnd(start, ac.ttl)) {
+		sent := time.Now()
+		ok, err := c.batch.Run(ctx, node.Refresh(w.keys, w.token, ac.ttl)).Int64()
+		if err != nil || ok != 1 {
+			// Unknown, or not ours: the token may still hold the key;
+			// give it back, in the background.
+			c.giveBack(ctx, w.keys, w.token, ac.ttl)
+			if err != nil {
+				return nil, opError("acquire", w.name, redisError(err))
+			}
+			return nil, opError("acquire", w.name, fmt.Errorf("%w: the handed-over lease ran out before it was confirmed", ErrNotHeld))
+		}
+		start = sent
+	}
+	l := c.newLock(ctx, w.name, w.keys, w.token, fence, ac, start)
 	fail := func(err error) (*redisLock, error) {
 		// Nobody else can release this lock: do it before giving up, or it
 		// stays held and renewed with no owner.
@@ -303,7 +354,7 @@ func (w *waiter) handedOver(ctx context.Context, fence int64) (*redisLock, error
 		}
 		return l, nil
 	}
-	if time.Since(w.lastSeen) > ac.ttl/2 {
+	if time.Since(start) > ac.ttl/2 {
 		if err := l.Refresh(ctx, ac.ttl); err != nil {
 			return fail(err)
 		}

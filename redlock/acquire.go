@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/node"
@@ -214,7 +216,9 @@ func (r *Redlock) acquire(ctx context.Context, name string, s dlock.AcquireSetti
 // isOutage reports whether err is an attempt's failure that waiting can
 // cure: nodes unreachable or unable to serve for now.
 func isOutage(err error) bool {
-	return !isBusy(err) && errors.Is(err, dlock.ErrUnavailable)
+	var lasting *lastingError
+	return !isBusy(err) && !errors.As(err, &lasting) && !errors.Is(err, redis.ErrClosed) &&
+		errors.Is(err, dlock.ErrUnavailable)
 }
 
 // gaveUp is the error of a wait that ended without the lock: busy, and also
@@ -273,8 +277,12 @@ type tally struct {
 	fences            []int64 // per node, 0 where not granted
 	heard             []bool  // per node: its reply is in
 	got, busy, failed int     // busy replies count as failed too
-	holder            time.Duration
-	errs              []error
+	// lasting counts the nodes whose error no wait cures (WRONGTYPE, a
+	// script error; not an outage): when they alone leave no quorum,
+	// waiting is for nothing.
+	lasting int
+	holder  time.Duration
+	errs    []error
 }
 
 func (t *tally) add(rep reply) {
@@ -283,6 +291,9 @@ func (t *tally) add(rep reply) {
 	case rep.err != nil:
 		t.failed++
 		t.errs = append(t.errs, fmt.Errorf("node %d: %w", rep.i, rep.err))
+		if !isOutage(opError("acquire", "", rep.err)) {
+			t.lasting++
+		}
 	case rep.g.OK:
 		t.got++
 		t.fences[rep.i] = rep.g.Fence
@@ -314,8 +325,17 @@ func (t *tally) failure(name string, left time.Duration) error {
 	if len(t.errs) > 0 {
 		err = fmt.Errorf("%w: %w", err, errors.Join(t.errs...))
 	}
+	if t.nodes-t.lasting < t.quorum {
+		err = &lastingError{err}
+	}
 	return opError("acquire", name, err)
 }
+
+// lastingError is a failure with too few nodes left that can grant at all,
+// whatever the others' outage: a wait does not wait it out (isOutage).
+type lastingError struct{ error }
+
+func (e *lastingError) Unwrap() error { return e.error }
 
 // try makes one attempt on every node at once, with one token. It returns
 // the lock if a quorum granted it, and a quorum took its fence (raiseFence),
