@@ -74,6 +74,9 @@ func (h *replyFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 func (h *replyFault) apply(mode string, next func() error, cmds ...redis.Cmder) error {
+	h.mu.Lock()
+	delay := h.delay // set by the test while commands run
+	h.mu.Unlock()
 	switch mode {
 	case "run+lose":
 		_ = next()
@@ -82,9 +85,9 @@ func (h *replyFault) apply(mode string, next func() error, cmds ...redis.Cmder) 
 			<-h.gate
 		}
 	case "fail":
-		time.Sleep(h.delay)
+		time.Sleep(delay)
 	case "late-run":
-		time.Sleep(h.delay)
+		time.Sleep(delay)
 		return next()
 	}
 	for _, c := range cmds {
