@@ -118,6 +118,7 @@ func (c *Client) acquire(ctx context.Context, name string, ac acquireConfig) (*r
 		r := c.attempt(ctx, name, k, ac, ac.newToken(), false, false)
 		return r.lock, r.err
 	}
+	w := &waiter{c: c, name: name, keys: k, ac: ac}
 	if !c.waitersOf(name) && !c.notify.active(k.Handoff, c.id) {
 		// Nobody of this process waits for the name, nor did lately: one
 		// plain attempt first, so an uncontended Acquire costs what
@@ -129,14 +130,12 @@ func (c *Client) acquire(ctx context.Context, name string, ac acquireConfig) (*r
 		case r.transient:
 			// Redis is out for a moment: wait it out, with the token,
 			// which a lost reply may have granted.
-			w := &waiter{c: c, name: name, keys: k, ac: ac, token: token, unsure: true}
+			w.token, w.unsure = token, true
 			w.sawOutage(r.err)
-			return w.wait(ctx)
 		case !r.busy && !r.late:
 			return r.lock, r.err
 		}
 	}
-	w := &waiter{c: c, name: name, keys: k, ac: ac}
 	return w.wait(ctx)
 }
 

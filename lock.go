@@ -74,8 +74,7 @@ type redisLock struct {
 	releasing bool
 	// unconfirmed: a Release was sent and got no answer (its reply lost,
 	// Redis unreachable): it may have run. confirmRelease sends it again
-	// until an answer comes; a release answered "released before" (2)
-	// then proves the first one ran while the lock was ours.
+	// until an answer comes while the lock is held.
 	unconfirmed bool
 	// retryOK: confirmRelease found the release done; the caller's Release
 	// tried again reports success, once, as the record in Redis says.
@@ -289,7 +288,7 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	}
 	l.c.renewer.Forget(&l.entry)
 	l.setReleasing(true)
-	res, err := l.c.releaseWith(ctx, l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL, MinHold: l.minHold})
+	res, err := l.sendRelease(ctx)
 	if err != nil {
 		l.setReleasing(false)
 		l.mu.Lock()
@@ -299,7 +298,7 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 		// (leaseEnded skips it while one is under way): the key a renewal
 		// may have leased for nobody is given back now, the holder being
 		// done with it.
-		lapsed, until := phase == lost && l.asked.After(now), l.asked
+		lapsed, until := l.lapsedLocked(now), l.asked
 		// A held one: the release may have run. It is sent again in the
 		// background until it is answered, so that a release that ran is
 		// not reported lost at the lease deadline, and one that did not
@@ -376,7 +375,7 @@ func (l *redisLock) confirmRelease(cause error, until time.Time) {
 		}
 		rctx, cancel := l.c.cleanupContext(context.Background())
 		defer cancel()
-		res, err := l.c.releaseWith(rctx, l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL, MinHold: l.minHold})
+		res, err := l.sendRelease(rctx)
 		l.mu.Lock()
 		now := time.Now()
 		phase := l.life.Phase()
@@ -386,7 +385,7 @@ func (l *redisLock) confirmRelease(cause error, until time.Time) {
 			// give-back of a key a renewal may have leased for nobody to
 			// it (leaseEnded skips it while a release is under way): give
 			// it back now, as a failed Release does.
-			lapsed, asked := phase == lost && l.asked.After(now), l.asked
+			lapsed, asked := l.lapsedLocked(now), l.asked
 			l.mu.Unlock()
 			if lapsed {
 				l.giveBackLapsed(now, asked)
@@ -415,6 +414,18 @@ func (l *redisLock) confirmRelease(cause error, until time.Time) {
 		}
 		return nil
 	})
+}
+
+// sendRelease runs the holder's release of the lock: a 30 s record, and
+// the min hold.
+func (l *redisLock) sendRelease(ctx context.Context) (int64, error) {
+	return l.c.releaseWith(ctx, l.keys, l.token, node.ReleaseArgs{Record: releaseRecordTTL, MinHold: l.minHold})
+}
+
+// lapsedLocked reports whether the lock was lost while a lease asked for
+// but never confirmed may still hold its key in Redis. l.mu must be held.
+func (l *redisLock) lapsedLocked(now time.Time) bool {
+	return l.life.Phase() == lost && l.asked.After(now)
 }
 
 func (l *redisLock) setUnconfirmed(v bool) {

@@ -3,9 +3,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"net"
-	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,45 +12,6 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
-
-// lostPipelinedReply lets the first times matching commands run in Redis,
-// in a pipeline (the batcher's) or alone, then loses their replies, as a
-// read timeout after the write would.
-type lostPipelinedReply struct {
-	match func(redis.Cmder) bool
-	times int32
-	n     atomic.Int32
-}
-
-func (h *lostPipelinedReply) lose(cmd redis.Cmder) bool {
-	if h.match(cmd) && cmd.Err() == nil && h.n.Add(1) <= h.times {
-		cmd.SetErr(&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded})
-		return true
-	}
-	return false
-}
-
-func (h *lostPipelinedReply) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *lostPipelinedReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if err == nil && h.lose(cmd) {
-			return cmd.Err()
-		}
-		return err
-	}
-}
-func (h *lostPipelinedReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, c := range cmds {
-			if h.lose(c) && err == nil {
-				err = c.Err()
-			}
-		}
-		return err
-	}
-}
 
 // A Release that ran in Redis while the lock was ours, but whose reply was
 // lost, is no loss: the lock ends released (its context's cause is
@@ -80,7 +38,8 @@ func TestReleaseWhoseReplyWasLostIsNoLoss(t *testing.T) {
 			loadScripts(t, srv.Client(t)) // EVALSHA from the first call: what the hook matches
 			rec := &recorder{}
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
-			rdb.AddHook(&lostPipelinedReply{match: func(cmd redis.Cmder) bool { return isScript(cmd, scripts.Release) }, times: 1})
+			// The first release runs in Redis, and its reply is lost.
+			rdb.AddHook(&replyFault{match: func(cmd redis.Cmder) bool { return isScript(cmd, scripts.Release) }, mode: "run+lose", times: 1})
 			t.Cleanup(func() { _ = rdb.Close() })
 			c := newLocker(t, rdb, dlock.WithObserver(rec))
 			acquired := time.Now()

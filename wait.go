@@ -117,8 +117,11 @@ func (w *waiter) subscribe(wctx context.Context) (*subscription, error) {
 
 // latePause is how long the wait pauses after a grant that came too late:
 // the engine's backoff, jittered.
-func (w *waiter) latePause() time.Duration {
-	d := w.lateWait.Next()
+func (w *waiter) latePause() time.Duration { return jittered(w.lateWait.Next()) }
+
+// jittered is d drawn again between its half and itself, so that the
+// waiters of many processes do not all come back at once.
+func jittered(d time.Duration) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
@@ -132,14 +135,11 @@ func (w *waiter) sawOutage(err error) {
 }
 
 // outagePause is how long the wait pauses after an attempt an outage
-// failed: the engine's backoff, jittered so that the waiters of many
-// processes do not all come back at once, and no longer than a waiter's
+// failed: the engine's backoff, jittered, and no longer than a waiter's
 // renewal of its place in line, so that a place survives an outage that
 // ends soon enough.
 func (w *waiter) outagePause() time.Duration {
-	d := w.outageWait.Next()
-	d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
-	return min(d, waiterRenew(w.ac.ttl))
+	return min(jittered(w.outageWait.Next()), waiterRenew(w.ac.ttl))
 }
 
 // inLine attempts, and listens between attempts, until the lock is ours or
