@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -189,7 +188,11 @@ func (w *waiter) inLine(ctx, wctx context.Context) (*redisLock, error) {
 			}
 			return nil, r.err
 		default:
+			// Busy: another holds the lock, so a lost reply of token
+			// left it no grant; a place in line it may have is queued's
+			// to give back.
 			w.outage, w.outageWait, w.lateWait = nil, lease.Backoff{}, lease.Backoff{}
+			w.unsure = false
 			wake = wakeAfter(r.holderTTL, w.ac.ttl)
 		}
 		fence, ok := w.listen(wctx.Done(), wake)
@@ -197,14 +200,24 @@ func (w *waiter) inLine(ctx, wctx context.Context) (*redisLock, error) {
 			w.leave(ctx)
 			return nil, w.gaveUp(ctx)
 		}
-		if fence == 0 {
-			continue // attempt again
+		if fence == 0 || w.unsure || w.handOffUndated() {
+			// Attempt again; after a hand-off message too when a reply
+			// of token was lost since its last answer (it may hold a
+			// grant of another fence than the message's: the attempt
+			// says "ours already" with the fence it really holds), or
+			// when nothing known dates the hand-off's lease: the attempt
+			// dates it from now.
+			continue
 		}
 		l, err := w.handedOver(ctx, fence)
-		if err != nil && outage(err) && wctx.Err() == nil {
+		if err != nil && outage(err) {
 			// Confirming the hand-off met an outage: the lock was let go
-			// (or its token given back); wait on, as after a lapsed one.
+			// (or its token given back); wait on, as after a lapsed one,
+			// or, the wait over, say so.
 			w.sawOutage(err)
+			if wctx.Err() != nil {
+				return nil, w.gaveUp(ctx)
+			}
 			err = ErrNotHeld
 		}
 		if !errors.Is(err, ErrNotHeld) {
@@ -307,33 +320,30 @@ func handedTo(msg, token string) (int64, bool) {
 	return 0, false
 }
 
+// handOffStart is when a hand-off to token began at the earliest: after
+// lastSeen, or, with no busy reply heard for the token, after its first
+// queued attempt.
+func (w *waiter) handOffStart() time.Time {
+	if w.lastSeen.IsZero() {
+		return w.firstQueued
+	}
+	return w.lastSeen
+}
+
+// handOffUndated reports whether a hand-off to token now would have no
+// lease left dated from handOffStart.
+func (w *waiter) handOffUndated() bool {
+	return !time.Now().Before(leaseEnd(w.handOffStart(), w.ac.ttl))
+}
+
 // handedOver makes the Lock a release handed to us. Its lease started after
-// lastSeen (or, with no busy reply heard for the token, after its first
-// queued attempt); when too little of it is known to be left, it is
-// refreshed before the caller starts work, and when none is, before the
-// Lock is made, so that no Lock starts out lost. An error matching
-// ErrNotHeld means the hand-off's lease ran out before it was confirmed:
-// the caller waits on.
+// handOffStart, which has some of it left (inLine attempts again when not);
+// when too little of it is known to be left, it is refreshed before the
+// caller starts work. An error matching ErrNotHeld means the hand-off's
+// lease ran out before it was confirmed: the caller waits on.
 func (w *waiter) handedOver(ctx context.Context, fence int64) (*redisLock, error) {
 	c, ac := w.c, w.ac
-	start := w.lastSeen
-	if start.IsZero() {
-		start = w.firstQueued
-	}
-	if ac.replicas == 0 && !time.Now().Before(leaseEnd(start, ac.ttl)) {
-		sent := time.Now()
-		ok, err := c.batch.Run(ctx, node.Refresh(w.keys, w.token, ac.ttl)).Int64()
-		if err != nil || ok != 1 {
-			// Unknown, or not ours: the token may still hold the key;
-			// give it back, in the background.
-			c.giveBack(ctx, w.keys, w.token, ac.ttl)
-			if err != nil {
-				return nil, opError("acquire", w.name, redisError(err))
-			}
-			return nil, opError("acquire", w.name, fmt.Errorf("%w: the handed-over lease ran out before it was confirmed", ErrNotHeld))
-		}
-		start = sent
-	}
+	start := w.handOffStart()
 	l := c.newLock(ctx, w.name, w.keys, w.token, fence, ac, start)
 	fail := func(err error) (*redisLock, error) {
 		// Nobody else can release this lock: do it before giving up, or it
