@@ -94,7 +94,8 @@ bench: deps
 # about a minute, without the race detector, and the README's safety table
 # regenerated from its output (between the torture markers).
 torture: deps
-	TORTURE_FULL=1 TORTURE_TABLE=$(CURDIR)/.torture-table.md $(GO) test -count=1 -timeout 30m -run 'TestFullProfile' -v ./internal/torture
+	mkdir -p $(CURDIR)/.torture-dump
+	TORTURE_FULL=1 TORTURE_TABLE=$(CURDIR)/.torture-table.md TORTURE_DUMP=$(CURDIR)/.torture-dump $(GO) test -count=1 -timeout 30m -run 'TestFullProfile' -v ./internal/torture
 	@awk -v table=.torture-table.md ' \
 		/<!-- torture:begin -->/ { print; print ""; while ((getline l < table) > 0) print l; print ""; skip = 1; next } \
 		/<!-- torture:end -->/ { skip = 0 } \

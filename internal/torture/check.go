@@ -35,6 +35,13 @@ type Verdict struct {
 	// another worker took later; CutsEnded those whose holder saw its lock
 	// end before that.
 	Cuts, CutsEnded int
+	// GiveUps counts the Acquire calls judged false give-ups (each also a
+	// violation).
+	GiveUps int
+	// FaultGrants: for each failover, migration or restart of the lock's
+	// Redis, how long after its end the next lock was granted on a name it
+	// touched (the waiters riding it out).
+	FaultGrants []time.Duration
 }
 
 // Check judges a history. Holds are judged per name:
@@ -48,7 +55,10 @@ type Verdict struct {
 //   - a killed holder's lock is taken by a waiter within TTL + TakeoverMargin;
 //   - a Release that said "not held", or a context ended as "taken over",
 //     while nobody else took the lock and no expected fault explains it, is a
-//     false report of loss.
+//     false report of loss;
+//   - an Acquire that returned no lock while its wait still had time, or
+//     whose wait saw the lock free for longer than TTL + TakeoverMargin with
+//     no fault near, gave up falsely (see giveUps).
 func Check(h History) Verdict {
 	v := Verdict{Holds: len(h.Holds), Attempts: map[string]int{}, Faults: map[string]int{}, Expected: map[string]int{}}
 	for _, a := range h.Attempts {
@@ -78,6 +88,8 @@ func Check(h History) Verdict {
 	c.chain()
 	c.kills()
 	c.cuts()
+	c.giveUps()
+	c.faultGrants()
 	return v
 }
 
@@ -401,4 +413,118 @@ func (v Verdict) Summary() string {
 	}
 	return fmt.Sprintf("%d acquisitions, %d violations; expected overlaps: %s; fenced accesses rejected %d",
 		v.Holds, len(v.Violations), strings.Join(exp, ", "), v.Rejected)
+}
+
+// giveUpSlack is how long before its wait ran out an Acquire may return no
+// lock: its wait's deadline starts a moment after Asked is stamped, so an
+// honest give-up returns after Asked + Wait; the slack covers only the
+// stamps' own jitter.
+const giveUpSlack = 20 * time.Millisecond
+
+// giveUps judges every Acquire that returned no lock, when the lock promises
+// a bounded wait (History.Wait). A waiting Acquire returns with the lock,
+// when its time runs out, or at once on an error that is no outage, and no
+// fault of the nemesis makes one (a failover, a restart, a cut, READONLY,
+// LOADING, OOM: all outages, ridden out). So one that returned before its
+// wait ran out gave up while it still had time. And one whose wait spanned a
+// stretch where the name was free for longer than TTL + TakeoverMargin,
+// with no fault near it, was not handed the lock nor took it: a waiter
+// poisoned by a dead token, or one that stopped listening. "Free" counts a
+// hold as busy from its grant until its Release returned "ok", or else
+// until a TTL after its holder stopped believing (a dead or cut holder's key
+// lives on until it expires). Names with permits are not judged for free
+// stretches: a holder there does not keep a waiter out.
+func (c *checker) giveUps() {
+	if c.h.Wait <= 0 {
+		return
+	}
+	for _, a := range c.h.Attempts {
+		waited := time.Duration(a.End - a.Asked)
+		if waited < c.h.Wait-giveUpSlack {
+			c.v.GiveUps++
+			c.violate("false give-up: w%d's Acquire of %q returned no lock after %v of its %v wait (%s, %s): %s%s",
+				a.Worker, a.Name, waited.Round(time.Millisecond), c.h.Wait, c.ms(a.Asked), a.Outcome, a.Err, c.near(a.Asked))
+			continue
+		}
+		if c.h.Permits > 0 {
+			continue
+		}
+		if from, to, ok := c.freeStretch(a); ok {
+			c.v.GiveUps++
+			c.violate("false give-up: w%d's Acquire of %q returned no lock (%s) although %q was free for %v of its wait [%s, %s]%s",
+				a.Worker, a.Name, a.Outcome, a.Name, time.Duration(to-from).Round(time.Millisecond), c.ms(from), c.ms(to), c.near(from))
+		}
+	}
+}
+
+// freeStretch finds, within a's wait, a stretch longer than TTL +
+// TakeoverMargin in which no hold of a.Name kept the name busy and no fault
+// other than a kill (whose holder's key the TTL covers) was near.
+func (c *checker) freeStretch(a Attempt) (from, to int64, ok bool) {
+	type span struct{ from, to int64 }
+	var busy []span
+	for _, x := range c.byName[a.Name] {
+		end := c.end(x) + int64(c.h.TTL)
+		if x.Release == "ok" && x.Released != 0 {
+			end = x.Released
+		}
+		busy = append(busy, span{x.Got, end})
+	}
+	slices.SortFunc(busy, func(p, q span) int { return cmp.Compare(p.from, q.from) })
+	limit := int64(c.h.TTL + TakeoverMargin)
+	at := a.Asked
+	check := func(gapTo int64) bool {
+		if gapTo-at <= limit {
+			return false
+		}
+		for _, f := range c.h.Faults {
+			if f.Kind != FaultKill && f.From <= gapTo && f.To >= at-int64(c.h.TTL) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, b := range busy {
+		if b.from >= a.End {
+			break
+		}
+		if b.from > at && check(b.from) {
+			return at, b.from, true
+		}
+		at = max(at, b.to)
+	}
+	if at < a.End && check(a.End) {
+		return at, a.End, true
+	}
+	return 0, 0, false
+}
+
+// faultGrants measures, for each fault of the lock's Redis that a wait must
+// ride out (a failover, a slot migration, a restart), the time from its end
+// to the first grant after it on a name it touched.
+func (c *checker) faultGrants() {
+	for _, f := range c.h.Faults {
+		switch f.Kind {
+		case FaultFailover, FaultFailoverManual, FaultMigrate, FaultRestartAOF, FaultRestartEmpty:
+		default:
+			continue
+		}
+		next := int64(0)
+		for name, holds := range c.byName {
+			if len(f.Names) > 0 && !slices.Contains(f.Names, name) {
+				continue
+			}
+			for _, x := range holds {
+				if x.Got >= f.To {
+					if next == 0 || x.Got < next {
+						next = x.Got
+					}
+					break
+				}
+			}
+		}
+		if next != 0 {
+			c.v.FaultGrants = append(c.v.FaultGrants, time.Duration(next-f.To))
+		}
+	}
 }

@@ -28,7 +28,8 @@ func TestCheckJudgesHandMadeHistories(t *testing.T) {
 		holds    []Hold
 		faults   []Fault
 		accesses []Access
-		want     []string // a substring of each violation, in order
+		attempts []Attempt // each waited up to 800 ms (History.Wait)
+		want     []string  // a substring of each violation, in order
 		expected int
 	}{
 		{name: "sequential", holds: []Hold{hold(1, 1, 0, 10), hold(2, 2, 11, 20)}},
@@ -120,9 +121,23 @@ func TestCheckJudgesHandMadeHistories(t *testing.T) {
 			faults: []Fault{{Kind: FaultKill, Worker: 1, Name: "a", From: ms(9), To: ms(10)}}, want: []string{"taken only"}},
 		{name: "killed waiter's lock never taken", holds: []Hold{hold(2, 2, 0, 20)},
 			faults: []Fault{{Kind: FaultKill, Worker: 1, Name: "a", From: ms(30), To: ms(31)}}, want: []string{"never taken again"}},
+		{name: "wait ran out while the lock was held", holds: []Hold{hold(1, 1, 0, 1000)},
+			attempts: []Attempt{{Worker: 2, Name: "a", Asked: ms(5), End: ms(805), Outcome: "busy"}}},
+		{name: "wait ended early by an error", holds: []Hold{hold(1, 1, 0, 1000)},
+			attempts: []Attempt{{Worker: 2, Name: "a", Asked: ms(5), End: ms(300), Outcome: "failed", Err: "READONLY"}}, want: []string{"false give-up: w2"}},
+		{name: "wait ended early as busy", holds: []Hold{hold(1, 1, 0, 1000)},
+			attempts: []Attempt{{Worker: 2, Name: "a", Asked: ms(5), End: ms(600), Outcome: "busy"}}, want: []string{"after 595ms of its 800ms wait"}},
+		{name: "wait ran out while the lock was free", holds: []Hold{with(hold(1, 1, 0, 10), func(h *Hold) { h.Released = ms(10) })},
+			attempts: []Attempt{{Worker: 2, Name: "a", Asked: ms(5), End: ms(805), Outcome: "busy"}}, want: []string{"was free for 795ms"}},
+		{name: "wait ran out while the lock was free through a failover", holds: []Hold{with(hold(1, 1, 0, 10), func(h *Hold) { h.Released = ms(10) })},
+			faults:   []Fault{{Kind: FaultFailover, Worker: -1, From: ms(100), To: ms(300)}},
+			attempts: []Attempt{{Worker: 2, Name: "a", Asked: ms(5), End: ms(805), Outcome: "busy"}}},
+		{name: "wait ran out while a killed holder's key lived on", holds: []Hold{with(hold(1, 1, 0, 0), func(h *Hold) { h.Done, h.Release, h.Died = 0, "", ms(10) })},
+			attempts: []Attempt{{Worker: 2, Name: "a", Asked: ms(5), End: ms(805), Outcome: "busy"}}},
 	}
 	for _, c := range cases {
-		h := History{Start: 0, Stopping: ms(2000), Stop: ms(2100), TTL: 400 * time.Millisecond, Holds: c.holds, Faults: c.faults, Accesses: c.accesses}
+		h := History{Start: 0, Stopping: ms(2000), Stop: ms(2100), TTL: 400 * time.Millisecond, Wait: 800 * time.Millisecond,
+			Holds: c.holds, Faults: c.faults, Accesses: c.accesses, Attempts: c.attempts}
 		v := Check(h)
 		if len(v.Violations) != len(c.want) {
 			t.Errorf("%s: %d violations %q, want %d", c.name, len(v.Violations), v.Violations, len(c.want))

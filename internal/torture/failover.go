@@ -100,6 +100,7 @@ func (r *run) topologyWorker(cfg *workerConfig) {
 func (r *run) failover(ctx context.Context) error {
 	var f Fault
 	var err error
+	r.awaitWaiter(ctx) // a failover during waits: they must ride it out
 	switch {
 	case r.sc.Topology == "sentinel" && r.env.Sentinel != nil:
 		f, err = r.failoverSentinel(ctx)

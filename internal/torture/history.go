@@ -104,6 +104,10 @@ const (
 	FaultRestartEmpty = "restart-empty" // the lock's Redis killed and restarted empty
 	FaultEvict        = "evict"         // memory filled under volatile-lru: lock keys evicted
 	FaultFailover     = "failover"      // a replica promoted (Sentinel or Cluster)
+	// FaultForceUnlock: an operator's dlock.ForceUnlock of a lock just
+	// handed from a releasing holder to a waiter, which may not have heard
+	// of its grant yet.
+	FaultForceUnlock = "force-unlock"
 	// A coordinated CLUSTER FAILOVER: the primary stops writes until its
 	// replica caught up, so no acknowledged grant is lost and nothing is
 	// excused.
@@ -132,6 +136,9 @@ var expected = map[string]string{
 	FaultRestartEmpty: "Redis restarted without persistence",
 	FaultEvict:        "lock keys evicted (volatile-lru)",
 	FaultFailover:     "failover with asynchronous replication",
+	// The holder learns at its next renewal; until then it overlaps the
+	// next (ForceUnlock's doc).
+	FaultForceUnlock: "forced unlock by an operator",
 	// A promotion is a promotion, whoever asked for it.
 	FaultFailoverUnplanned: "failover with asynchronous replication",
 }
@@ -170,7 +177,11 @@ type History struct {
 	Permits               int // Scenario.Permits: holders a name admits at once; 0 for one
 	// MinHold: every acquisition asked for dlock.WithMinHold(MinHold);
 	// Check wants no holder of a name in before the previous grant plus it.
-	MinHold  time.Duration
+	MinHold time.Duration
+	// Wait is the WithWait every Acquire asked for: an Acquire that
+	// returns no lock before its wait ran out gave up (Check's
+	// falseGiveUps). Zero: no wait is judged.
+	Wait     time.Duration
 	Holds    []Hold
 	Attempts []Attempt
 	Faults   []Fault

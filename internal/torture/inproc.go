@@ -154,7 +154,7 @@ func RunInProcess(ctx context.Context, addr, resAddr string, seed uint64, d time
 		return History{}, fmt.Errorf("torture: the lock's Redis at %s: %w", addr, err)
 	}
 
-	h := History{TTL: opts.TTL, MinHold: opts.MinHold, Start: Now()}
+	h := History{TTL: opts.TTL, MinHold: opts.MinHold, Wait: opts.Wait, Start: Now()}
 	stopAt := time.Now().Add(d)
 	var wg sync.WaitGroup
 	clients := make([]*dlock.Client, opts.Workers)
@@ -290,7 +290,7 @@ func (r *inproc) worker(ctx context.Context, i int, c *dlock.Client, rdb *redis.
 			l, err = r.naiveAcquire(ctx, rdb, i, seq, name, rng)
 		}
 		if err != nil {
-			r.rec.attempt(Attempt{Worker: i, Name: name, Outcome: attemptOutcome(err), Err: err.Error()})
+			r.rec.attempt(Attempt{Worker: i, Name: name, Asked: asked, End: Now(), Outcome: attemptOutcome(err), Err: err.Error()})
 			if !errors.Is(err, dlock.ErrNotObtained) {
 				sleepCtx(ctx, 5*time.Millisecond) // an error may come back at once
 			}

@@ -2,11 +2,14 @@ package torture
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dlock-go/dlock"
 )
 
 // nemesis injects the scenario's faults one at a time, with a random gap
@@ -44,6 +47,8 @@ func (r *run) nemesis(ctx context.Context) {
 			err = r.migrate(ctx)
 		case FaultNodePause, FaultNodeKill:
 			err = r.nodeFault(ctx, kind)
+		case FaultForceUnlock:
+			err = r.forceUnlock(ctx)
 		default:
 			err = fmt.Errorf("torture: the nemesis cannot inject %q", kind)
 		}
@@ -220,14 +225,25 @@ func (r *run) restart(ctx context.Context, kind string) error {
 	if r.lockSrv == nil {
 		return fmt.Errorf("torture: %s needs a Redis the run started", kind)
 	}
+	note := "no persistence: every lock gone"
+	var down time.Duration
+	if kind == FaultRestartAOF {
+		// Down for longer than go-redis' own retries (about half a
+		// second), shorter than a wait: the waiters in line ride it out
+		// and get the lock once it is back (Check's giveUps).
+		r.awaitWaiter(ctx)
+		down = r.sc.TTL + time.Duration(r.rng.Int64N(int64(2*r.sc.TTL)))
+	}
 	from := Now()
-	if err := r.lockSrv.Restart(ctx); err != nil {
+	r.lockSrv.Kill()
+	sleepCtx(ctx, down)
+	// Started again even when ctx has ended: the run's end needs it.
+	if err := r.lockSrv.Restart(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("torture: restart the lock's Redis: %w", err)
 	}
 	to := Now()
-	note := "appendfsync always"
-	if kind == FaultRestartEmpty {
-		note = "no persistence: every lock gone"
+	if kind == FaultRestartAOF {
+		note = fmt.Sprintf("appendfsync always, down %v", down.Round(time.Millisecond))
 	}
 	r.fault(Fault{Kind: kind, Worker: -1, From: from, To: to, Note: note})
 	return nil
@@ -293,4 +309,64 @@ func (r *run) evict(ctx context.Context) error {
 	}
 	r.fault(Fault{Kind: FaultEvict, Worker: -1, From: from, To: to, Note: fmt.Sprintf("maxmemory %d KiB, volatile-lru, %d keys evicted so far", limit>>10, evicted)})
 	return nil
+}
+
+// forceUnlock is an operator's ForceUnlock of a lock at its hand-off: right
+// after a holder's Release returned, the lock is the first waiter's in
+// Redis, and the waiter may not have read its hand-off message yet. The
+// waiter must notice that its token was forced (the forced record) and
+// start over, not wait out its limit on a dead token while the lock is
+// free (Check's giveUps); a waiter that already believed in its lock
+// overlaps the next holder until its renewal hears, as ForceUnlock's doc
+// says (excused, on this name only).
+func (r *run) forceUnlock(ctx context.Context) error {
+	if r.lockAdmin == nil {
+		return fmt.Errorf("torture: %s needs a Redis the run started", FaultForceUnlock)
+	}
+	select {
+	case <-r.handed: // a stale one
+	default:
+	}
+	var name string
+	select {
+	case name = <-r.handed:
+	case <-time.After(2 * r.sc.TTL):
+		return errNoTarget
+	case <-ctx.Done():
+		return nil
+	}
+	c, err := dlock.New(r.lockAdmin, dlock.WithPrefix(r.env.Prefix))
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	from := Now()
+	info, err := c.Inspect(ctx, name)
+	if err != nil {
+		if errors.Is(err, dlock.ErrNotHeld) {
+			return errNoTarget // nobody was in line
+		}
+		return fmt.Errorf("torture: inspect %q: %w", name, err)
+	}
+	_, err = c.ForceUnlock(ctx, name, info.Token)
+	to := Now()
+	if errors.Is(err, dlock.ErrNotHeld) {
+		return errNoTarget // released or taken again meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("torture: force unlock %q: %w", name, err)
+	}
+	r.fault(Fault{Kind: FaultForceUnlock, Worker: -1, Name: name, Names: []string{name}, From: from, To: to,
+		Note: fmt.Sprintf("token of %s forced %v after a hand-off", info.Owner, time.Duration(to-from).Round(time.Microsecond))})
+	return nil
+}
+
+// awaitWaiter waits, for up to a TTL, until a worker waits for a lock: a
+// fault of the server that waits must ride out then meets one.
+func (r *run) awaitWaiter(ctx context.Context) {
+	for end := time.Now().Add(r.sc.TTL); time.Now().Before(end) && r.pick(false, "") == nil; {
+		if !sleepCtx(ctx, 5*time.Millisecond) {
+			return
+		}
+	}
 }

@@ -29,13 +29,13 @@ func Violations(rs []Result) int {
 // WriteTable writes the results as a Markdown table, then each violation
 // (at most a few per scenario), then the last line: the number of violations.
 func WriteTable(w io.Writer, rs []Result) {
-	fmt.Fprintln(w, "| scenario | acquisitions | faults injected | violations | expected overlaps (why) | fenced accesses rejected | kill → next acquire (median / max) | cut holders that knew before the next holder |")
-	fmt.Fprintln(w, "|---|---:|---|---:|---|---:|---|---|")
+	fmt.Fprintln(w, "| scenario | acquisitions | faults injected | violations | expected overlaps (why) | fenced accesses rejected | kill → next acquire (median / max) | cut holders that knew before the next holder | false give-ups | server fault's end → next grant (median / max) |")
+	fmt.Fprintln(w, "|---|---:|---|---:|---|---:|---|---|---:|---|")
 	for _, r := range rs {
 		v := r.Verdict
-		fmt.Fprintf(w, "| %s | %d | %s | %d | %s | %d | %s | %s |\n",
+		fmt.Fprintf(w, "| %s | %d | %s | %d | %s | %d | %s | %s | %d | %s |\n",
 			r.Scenario.Name, v.Holds, counts(v.Faults, "none"), len(v.Violations),
-			counts(v.Expected, "none"), v.Rejected, takeovers(v.Takeovers), cuts(v))
+			counts(v.Expected, "none"), v.Rejected, takeovers(v.Takeovers), cuts(v), v.GiveUps, spread(v.FaultGrants, "faults"))
 	}
 	for _, r := range rs {
 		for i, s := range r.Verdict.Violations {
@@ -60,12 +60,15 @@ func counts(m map[string]int, none string) string {
 	return strings.Join(s, ", ")
 }
 
-func takeovers(d []time.Duration) string {
+func takeovers(d []time.Duration) string { return spread(d, "kills") }
+
+// spread renders durations as median / max (count what).
+func spread(d []time.Duration, what string) string {
 	if len(d) == 0 {
 		return "–"
 	}
 	s := slices.Sorted(slices.Values(d))
-	return fmt.Sprintf("%v / %v (%d kills)", s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), len(s))
+	return fmt.Sprintf("%v / %v (%d %s)", s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), len(s), what)
 }
 
 func cuts(v Verdict) string {
@@ -85,6 +88,8 @@ func (v *Verdict) Add(o Verdict) {
 	v.Takeovers = append(v.Takeovers, o.Takeovers...)
 	v.Cuts += o.Cuts
 	v.CutsEnded += o.CutsEnded
+	v.GiveUps += o.GiveUps
+	v.FaultGrants = append(v.FaultGrants, o.FaultGrants...)
 	for _, m := range []struct{ dst, src *map[string]int }{{&v.Attempts, &o.Attempts}, {&v.Faults, &o.Faults}, {&v.Expected, &o.Expected}} {
 		if *m.dst == nil {
 			*m.dst = map[string]int{}

@@ -35,6 +35,8 @@ type Scenario struct {
 	Workers  int
 	Names    int
 	TTL      time.Duration
+	// Wait is every Acquire's WithWait (default 4×TTL).
+	Wait time.Duration
 	Duration time.Duration
 	// Work bounds an ordinary critical section (default 3 ms); Long is the
 	// share of them that last longer than the TTL instead.
@@ -92,7 +94,7 @@ type Env struct {
 
 // Run runs sc and returns what happened, ready for Check.
 func Run(ctx context.Context, env Env, sc Scenario) (History, error) {
-	r := &run{env: env, sc: sc, rng: rand.New(rand.NewPCG(env.Seed, 1)), grants: make(chan *proc, 1)}
+	r := &run{env: env, sc: sc, rng: rand.New(rand.NewPCG(env.Seed, 1)), grants: make(chan *proc, 1), handed: make(chan string, 1)}
 	if r.env.Prefix == "" {
 		r.env.Prefix = "torture:"
 	}
@@ -100,7 +102,7 @@ func Run(ctx context.Context, env Env, sc Scenario) (History, error) {
 	if err := r.start(ctx); err != nil {
 		return History{}, err
 	}
-	r.h.Start, r.h.TTL, r.h.Permits = Now(), sc.TTL, sc.Permits
+	r.h.Start, r.h.TTL, r.h.Permits, r.h.Wait = Now(), sc.TTL, sc.Permits, r.wait()
 	for i := range sc.Workers {
 		if err := r.spawn(i); err != nil {
 			return History{}, err
@@ -154,6 +156,9 @@ type run struct {
 	open   map[int]int
 	errs   []string
 	grants chan *proc // a worker just got a lock (dropped when nobody waits)
+	// handed: a worker's Release returned "ok" on this name, which hands
+	// the lock to the first waiter (dropped when nobody waits).
+	handed chan string
 }
 
 // proc is one worker process.
@@ -222,6 +227,9 @@ func (r *run) start(ctx context.Context) error {
 
 // readTimeout is the workers' go-redis read timeout: a little under the TTL,
 // so that a cut connection fails a command before the lease's deadline.
+// wait is every worker's WithWait.
+func (r *run) wait() time.Duration { return cmp.Or(r.sc.Wait, 4*r.sc.TTL) }
+
 func (r *run) readTimeout() time.Duration { return max(r.sc.TTL*4/5, 100*time.Millisecond) }
 
 // spawn starts a worker process in slot.
@@ -236,7 +244,7 @@ func (r *run) spawn(slot int) error {
 	}
 	cfg := workerConfig{
 		ID: id, Lock: r.sc.Lock, ResAddr: r.res.Options().Addr,
-		Prefix: r.env.Prefix, Names: names, TTL: r.sc.TTL, Wait: 4 * r.sc.TTL, ReadTimeout: r.readTimeout(),
+		Prefix: r.env.Prefix, Names: names, TTL: r.sc.TTL, Wait: r.wait(), ReadTimeout: r.readTimeout(),
 		Work: cmp.Or(r.sc.Work, 3*time.Millisecond), Long: r.sc.Long, Reset: r.sc.Reset, Replicas: r.sc.Replicas, Seed: r.env.Seed,
 		Permits: r.sc.Permits, Shared: r.sc.Shared,
 	}
@@ -322,9 +330,15 @@ func (r *run) read(p *proc, out io.Reader) {
 			r.h.Faults = append(r.h.Faults, *l.Fault)
 		}
 		r.mu.Unlock()
-		if l.Kind == "acq" {
+		switch {
+		case l.Kind == "acq":
 			select {
 			case r.grants <- p:
+			default:
+			}
+		case l.Kind == "end" && l.Hold.Release == "ok":
+			select {
+			case r.handed <- l.Hold.Name:
 			default:
 			}
 		}

@@ -34,23 +34,50 @@ func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b[:len(b)-1]))
 func TestShortProfile(t *testing.T) {
 	for _, sc := range ShortProfile() {
 		t.Run(sc.Name, func(t *testing.T) {
-			seed := uint64(time.Now().UnixNano())
-			h, err := Run(context.Background(), testEnv(t, seed), sc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			v := Check(h)
-			t.Logf("seed %d: %s; faults %v; attempts %v; takeovers %v; cuts %d/%d", seed, v.Summary(), v.Faults, v.Attempts, v.Takeovers, v.CutsEnded, v.Cuts)
-			for _, s := range v.Violations[:min(len(v.Violations), 10)] {
-				t.Error(s)
-			}
-			if len(v.Violations) > 0 {
-				dump(t, h)
-			}
-			checkInjected(t, sc, v)
-			checkExercised(t, sc, h)
+			runChecked(t, testEnv(t, uint64(time.Now().UnixNano())), sc)
 		})
 	}
+}
+
+// TestFailoverDuringWaits is the short profile's failover row: the
+// Sentinel primary killed while workers wait for its names, and promoted
+// (connections refused until the clients find the new primary, about 3 s),
+// again and again. Every wait rides the failover out: no Acquire returns
+// before its wait ran out (Check's giveUps; before waits rode out outages,
+// each failover ended every wait at its first refused dial), and the next
+// grant after a failover's end is logged.
+func TestFailoverDuringWaits(t *testing.T) {
+	scs := FailoverScenarios(12 * time.Second)
+	sc := scs[slices.IndexFunc(scs, func(s Scenario) bool { return s.Name == "sentinel-failover" })]
+	env := testEnv(t, uint64(time.Now().UnixNano()))
+	env.Sentinel = redistest.StartSentinel(t, redistest.WithReplicas(2))
+	v := runChecked(t, env, sc)
+	if len(v.FaultGrants) == 0 {
+		t.Error("no lock was granted after any failover's end")
+	}
+}
+
+// runChecked runs sc, fails the test on every violation (the history goes
+// to $TORTURE_DUMP), and checks that the run injected its faults and
+// exercised what the scenario is about.
+func runChecked(t *testing.T, env Env, sc Scenario) Verdict {
+	t.Helper()
+	h, err := Run(context.Background(), env, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := Check(h)
+	t.Logf("seed %d: %s; faults %v; attempts %v; takeovers %v; cuts %d/%d; false give-ups %d; fault end → next grant %s",
+		env.Seed, v.Summary(), v.Faults, v.Attempts, v.Takeovers, v.CutsEnded, v.Cuts, v.GiveUps, spread(v.FaultGrants, "faults"))
+	for _, s := range v.Violations[:min(len(v.Violations), 10)] {
+		t.Error(s)
+	}
+	if len(v.Violations) > 0 {
+		dump(t, h)
+	}
+	checkInjected(t, sc, v)
+	checkExercised(t, sc, h)
+	return v
 }
 
 // checkExercised fails a run of a lock-family scenario that did not use
