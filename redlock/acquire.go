@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,7 +45,7 @@ func (r *Redlock) TryAcquire(ctx context.Context, name string, opts ...dlock.Acq
 	}
 	var l *Lock
 	if err == nil {
-		l, _, err = r.try(ctx, name, s)
+		l, _, _, err = r.try(ctx, name, s)
 	}
 	return r.acquired(ctx, name, start, l, err, false, s.Reentrant)
 }
@@ -57,7 +58,9 @@ func (r *Redlock) TryAcquire(ctx context.Context, name string, opts ...dlock.Acq
 // impossible for now (unreachable nodes, READONLY, LOADING: errors that
 // match dlock.ErrUnavailable) are waited out like a busy lock; a wait that
 // ends during one also matches its last error (ErrNoQuorum and
-// dlock.ErrUnavailable). Other failures end the wait at once; Close ends it
+// dlock.ErrUnavailable). Other failures end the wait at once: also errors
+// no wait cures (WRONGTYPE on the lock's key) on too many nodes for a
+// quorum, heard when the attempt's verdict was already in; Close ends it
 // with dlock.ErrClosed.
 //
 // A Redlock does not queue: waiters poll. The pause between attempts is
@@ -166,7 +169,7 @@ func (r *Redlock) owns(l dlock.Lock) bool {
 func (r *Redlock) acquire(ctx context.Context, name string, s dlock.AcquireSettings) (*Lock, bool, error) {
 	// The first attempt runs on ctx: WithWait(0) makes Acquire a single
 	// attempt, like TryAcquire, not a wait over before it began.
-	l, holder, err := r.try(ctx, name, s)
+	l, holder, late, err := r.try(ctx, name, s)
 	if err == nil || !(isBusy(err) || isOutage(err)) || s.Wait == 0 {
 		return l, false, err
 	}
@@ -195,9 +198,16 @@ func (r *Redlock) acquire(ctx context.Context, name string, s dlock.AcquireSetti
 		case <-wctx.Done():
 			t.Stop()
 			return r.gaveUp(ctx, name, holder, outage, outageSince)
+		case err := <-late:
+			// The last attempt's slower nodes answered what no wait
+			// cures (TestWaitEndsOnLateLastingErrors).
+			t.Stop()
+			return nil, false, err
 		case <-t.C:
 		}
-		l, h, err := r.try(wctx, name, s)
+		var h time.Duration
+		var err error
+		l, h, late, err = r.try(wctx, name, s)
 		if isBusy(err) {
 			holder = h
 		}
@@ -341,12 +351,12 @@ func (e *lastingError) Unwrap() error { return e.error }
 // the lock if a quorum granted it, and a quorum took its fence (raiseFence),
 // within the validity (the TTL less the time the attempt took and the
 // margin), else an error, and the longest lease the busy nodes reported.
-func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings) (*Lock, time.Duration, error) {
+func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings) (*Lock, time.Duration, <-chan error, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, 0, opError("acquire", name, err) // nothing sent
+		return nil, 0, nil, opError("acquire", name, err) // nothing sent
 	}
 	if !r.own.Begin() {
-		return nil, 0, opError("acquire", name, dlock.ErrClosed) // nothing sent
+		return nil, 0, nil, opError("acquire", name, dlock.ErrClosed) // nothing sent
 	}
 	defer r.own.End()
 	k := node.KeysOf(r.cfg.prefix, name)
@@ -403,7 +413,15 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 		cancel() // the attempts still out are of no use now
 	}
 	// The replies still out are collected in the background: a grant joins
-	// the lock while it is held and valid, else it is given back.
+	// the lock while it is held and valid, else it is given back. An error
+	// among them that no wait cures, which with those heard before leaves
+	// too few nodes that can grant at all, is told on late: the wait that
+	// counted this attempt as an outage ends at once.
+	var late chan error
+	if l == nil && pending > 0 {
+		late = make(chan error, 1)
+	}
+	lasting, errs := t.lasting, slices.Clone(t.errs)
 	collect := func() {
 		defer stopOnClose()
 		defer cancel()
@@ -411,6 +429,18 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 			rep := <-replies
 			if rep.err == nil && rep.g.OK && (l == nil || !l.join(rep.i, rep.g.Fence)) {
 				r.giveBack(ctx, rep.i, k, token, s.TTL, giveUpLock)
+			}
+			if rep.err == nil || late == nil || t.nodes-lasting < t.quorum ||
+				errors.Is(rep.err, context.Canceled) || errors.Is(rep.err, context.DeadlineExceeded) {
+				continue // cancelled above: says nothing of the node
+			}
+			errs = append(errs, fmt.Errorf("node %d: %w", rep.i, rep.err))
+			if isOutage(opError("acquire", "", rep.err)) {
+				continue
+			}
+			if lasting++; t.nodes-lasting < t.quorum {
+				late <- opError("acquire", name, &lastingError{fmt.Errorf("%w: %d of %d nodes cannot grant the lock, whatever the wait: %w",
+					ErrNoQuorum, lasting, t.nodes, errors.Join(errs...))})
 			}
 		}
 	}
@@ -424,10 +454,10 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 			rctx, cancel := r.cleanupContext(ctx)
 			defer cancel()
 			_ = l.release(rctx, errClosedRelease)
-			return nil, 0, opError("acquire", name, dlock.ErrClosed)
+			return nil, 0, nil, opError("acquire", name, dlock.ErrClosed)
 		}
 		l.begin()
-		return l, 0, nil
+		return l, 0, nil, nil
 	}
 	r.withdrawAll(ctx, k, token, t.fences, s.TTL)
 	// A node not heard from may have granted with its reply still out
@@ -444,13 +474,13 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 	}
 	switch {
 	case r.closing.Err() != nil:
-		return nil, t.holder, opError("acquire", name, dlock.ErrClosed) // Close cancelled the attempts
+		return nil, t.holder, nil, opError("acquire", name, dlock.ErrClosed) // Close cancelled the attempts
 	case ctxErr != nil:
-		return nil, t.holder, opError("acquire", name, ctxErr)
+		return nil, t.holder, nil, opError("acquire", name, ctxErr)
 	case failErr != nil:
-		return nil, 0, failErr
+		return nil, 0, late, failErr
 	}
-	return nil, t.holder, t.failure(name, left)
+	return nil, t.holder, late, t.failure(name, left)
 }
 
 // longerHolder keeps the longest lease busy nodes reported, in ms: -1, a

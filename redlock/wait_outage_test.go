@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/node"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/redlock"
 )
@@ -119,5 +120,76 @@ func TestWaitEndedInQuorumOutageSaysBoth(t *testing.T) {
 	}
 	if took < time.Second {
 		t.Fatalf("the wait ended after %v, before its 1s", took)
+	}
+}
+
+// lateReplies holds back every reply of a node by delay, after the command
+// ran: the node answers after the others.
+type lateReplies struct{ delay time.Duration }
+
+func (h lateReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h lateReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		time.Sleep(h.delay)
+		return err
+	}
+}
+func (h lateReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A failure that no wait cures (the lock's key of the wrong type on too
+// many nodes for a quorum) ends a wait at once, also when the replies that
+// make it so come after the attempt's verdict: node 2 read-only and node 0's
+// WRONGTYPE decide the attempt (an outage, with node 1 still able to
+// grant, as far as the verdict knows); node 1's WRONGTYPE comes later, and
+// with it no quorum can ever grant. Counting only the replies in at the
+// verdict waited out the whole 5 s, attempt after attempt.
+func TestWaitEndsOnLateLastingErrors(t *testing.T) {
+	srvs := redistest.StartPrimaries(t, 3)
+	rdbs := make([]redis.UniversalClient, len(srvs))
+	for i, s := range srvs {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		// Node 0 answers 20ms late, node 1 100ms late: after the
+		// verdict, which node 2's refusal and node 0's reply make.
+		rdb.AddHook(lateReplies{delay: []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 0}[i]})
+		t.Cleanup(func() { _ = rdb.Close() })
+		rdbs[i] = rdb
+	}
+	r := newRedlock(t, rdbs)
+	// The scripts loaded on every node first: a NOSCRIPT reply, late too,
+	// would send the script again after the verdict cancelled the call.
+	warm, err := r.Acquire(bg, "warm", dlock.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	key := node.KeysOf(dlock.DefaultPrefix, "typed").Lock
+	for _, s := range srvs[:2] {
+		if err := s.Client(t).Set(bg, key, "a string", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Node 2 a replica (of nothing): its writes fail at once with
+	// READONLY, an outage. (A dead node's refusal comes after go-redis'
+	// dial retries, later than the others.)
+	if err := srvs[2].Client(t).ReplicaOf(bg, "127.0.0.1", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = r.Acquire(bg, "typed", dlock.WithTTL(2*time.Second), dlock.WithWait(5*time.Second))
+	took := time.Since(start)
+	t.Logf("after %v: %v", took.Round(time.Millisecond), err)
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("Acquire = %v; want the nodes' WRONGTYPE", err)
+	}
+	if errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("Acquire = %v; a lock no wait can get is no busy lock (ErrNotObtained)", err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("the wait went on for %v on errors no wait cures", took.Round(time.Millisecond))
 	}
 }
