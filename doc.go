@@ -12,7 +12,12 @@
 //	locker, err := dlock.New(rdb)
 //	...
 //	lock, err := locker.TryAcquire(ctx, "order:42", dlock.WithTTL(10*time.Second))
-//	if errors.Is(err, dlock.ErrNotObtained) { /* busy: retry later */ }
+//	if errors.Is(err, dlock.ErrNotObtained) {
+//		return nil // busy: someone else has it; retry later
+//	}
+//	if err != nil {
+//		return err // Redis down, a bad name or TTL: no lock to release
+//	}
 //	defer lock.Release(ctx)
 //
 // # One shape for every lock

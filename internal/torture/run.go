@@ -31,12 +31,12 @@ type Scenario struct {
 	Lock string
 	// Faults are the kinds the nemesis draws from, one at a time; FaultReset
 	// is injected by the workers themselves (see Reset).
-	Faults   []string
-	Workers  int
-	Names    int
-	TTL      time.Duration
+	Faults  []string
+	Workers int
+	Names   int
+	TTL     time.Duration
 	// Wait is every Acquire's WithWait (default 4×TTL).
-	Wait time.Duration
+	Wait     time.Duration
 	Duration time.Duration
 	// Work bounds an ordinary critical section (default 3 ms); Long is the
 	// share of them that last longer than the TTL instead.
