@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -43,7 +44,7 @@ func main() {
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("dbtx", flag.ContinueOnError)
-	redisAddr := fs.String("redis", orDefault(os.Getenv("REDIS_ADDR"), "127.0.0.1:6379"), "Redis address (default from REDIS_ADDR)")
+	redisAddr := fs.String("redis", orDefault(os.Getenv("DLOCK_URL"), "127.0.0.1:6379"), "Redis, as redis://host:port/db or host:port (default $DLOCK_URL, as the dlock CLI and the other examples)")
 	pgDSN := fs.String("postgres", os.Getenv("DBTX_POSTGRES"), "PostgreSQL DSN; empty: SQLite in a temporary directory (default from DBTX_POSTGRES)")
 	workers := fs.Int("workers", 8, "workers, each with its own dlock Client")
 	ops := fs.Int("ops", 25, "units of stock each worker takes")
@@ -58,20 +59,30 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("dbtx: -ops %d: must be in 1..10000", *ops)
 	}
 
+	ropts, err := redisOptions(*redisAddr)
+	if err != nil {
+		return fmt.Errorf("dbtx: -redis %q: %w", *redisAddr, err)
+	}
+	// One look before the workers start: a Redis that is down or a wrong
+	// port is one clear line, not every worker's dials retried for seconds.
+	if err := ping(ctx, ropts); err != nil {
+		return fmt.Errorf("dbtx: Redis at %s: %w (give its address with -redis or $DLOCK_URL)", ropts.Addr, err)
+	}
+
 	store, where, err := openStore(*pgDSN)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 
-	lockers, closeAll, err := newLockers(*redisAddr, *workers)
+	lockers, closeAll, err := newLockers(ropts, *workers)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
 
 	fmt.Fprintf(out, "%s; Redis %s; %d workers, each its own dlock Client, %d takes each, %v of work per take\n",
-		where, *redisAddr, *workers, *ops, *work)
+		where, ropts.Addr, *workers, *ops, *work)
 	var figs []Figures
 	for _, o := range []struct {
 		name string
@@ -136,7 +147,7 @@ func openStore(dsn string) (s *Store, where string, err error) {
 
 // newLockers makes n dlock Clients, each on its own Redis connection pool,
 // as n instances of a service would have.
-func newLockers(addr string, n int) ([]dlock.Locker, func(), error) {
+func newLockers(ropts *redis.Options, n int) ([]dlock.Locker, func(), error) {
 	var lockers []dlock.Locker
 	var closers []func()
 	closeAll := func() {
@@ -145,7 +156,9 @@ func newLockers(addr string, n int) ([]dlock.Locker, func(), error) {
 		}
 	}
 	for i := range n {
-		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		o := *ropts
+		o.ContextTimeoutEnabled = true
+		rdb := redis.NewClient(&o)
 		closers = append(closers, func() { _ = rdb.Close() })
 		c, err := dlock.New(rdb, dlock.WithOwner(fmt.Sprintf("dbtx-worker-%d", i)))
 		if err != nil {
@@ -171,4 +184,24 @@ func orDefault(v, fallback string) string {
 		return fallback
 	}
 	return v
+}
+
+// redisOptions reads Redis as the dlock CLI reads $DLOCK_URL: a redis://
+// or rediss:// URL, or plain host:port.
+func redisOptions(v string) (*redis.Options, error) {
+	if strings.Contains(v, "://") {
+		return redis.ParseURL(v)
+	}
+	return &redis.Options{Addr: v}, nil
+}
+
+// ping asks Redis once, within 2s and without go-redis' retries.
+func ping(ctx context.Context, ropts *redis.Options) error {
+	o := *ropts
+	o.MaxRetries, o.DialTimeout = -1, 2*time.Second
+	rdb := redis.NewClient(&o)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return rdb.Ping(ctx).Err()
 }

@@ -15,6 +15,8 @@ import (
 
 	"modernc.org/sqlite"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -80,7 +82,7 @@ func checkPragmas(t *testing.T, s *Store) {
 // pool, as n instances of a service have.
 func lockers(t *testing.T, addr string, n int) []dlock.Locker {
 	t.Helper()
-	ls, closeAll, err := newLockers(addr, n)
+	ls, closeAll, err := newLockers(&redis.Options{Addr: addr}, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,5 +425,35 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("run %q: %v, want an error containing %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// Redis comes from $DLOCK_URL, as the CLI and the other examples read it,
+// when -redis is not given.
+func TestRunReadsDlockURL(t *testing.T) {
+	r := redistest.Start(t)
+	t.Setenv("DLOCK_URL", "redis://"+r.Addr+"/0")
+	var out strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := run(ctx, []string{"-workers", "2", "-ops", "2", "-work", "1ms"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "Redis "+r.Addr+";") {
+		t.Fatalf("run did not use $DLOCK_URL's %s:\n%s", r.Addr, out.String())
+	}
+}
+
+// A Redis that is down is one error naming the address and where it came
+// from, at once, before any worker dials.
+func TestRunSaysWhichRedisIsDown(t *testing.T) {
+	start := time.Now()
+	err := run(context.Background(), []string{"-redis", "127.0.0.1:1"}, io.Discard)
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "Redis at 127.0.0.1:1") || !strings.Contains(err.Error(), "$DLOCK_URL") {
+		t.Fatalf("run = %v; want the address and the $DLOCK_URL hint", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("took %v to say Redis is down", took.Round(time.Millisecond))
 	}
 }
