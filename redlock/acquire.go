@@ -421,7 +421,9 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 	if l == nil && pending > 0 {
 		late = make(chan error, 1)
 	}
-	lasting, errs := t.lasting, slices.Clone(t.errs)
+	// The late replies' own tally, on from the verdict's.
+	lt := t
+	lt.fences, lt.heard, lt.errs = slices.Clone(t.fences), slices.Clone(t.heard), slices.Clone(t.errs)
 	collect := func() {
 		defer stopOnClose()
 		defer cancel()
@@ -430,17 +432,12 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 			if rep.err == nil && rep.g.OK && (l == nil || !l.join(rep.i, rep.g.Fence)) {
 				r.giveBack(ctx, rep.i, k, token, s.TTL, giveUpLock)
 			}
-			if rep.err == nil || late == nil || t.nodes-lasting < t.quorum ||
+			if rep.err == nil || late == nil || lt.nodes-lt.lasting < lt.quorum ||
 				errors.Is(rep.err, context.Canceled) || errors.Is(rep.err, context.DeadlineExceeded) {
 				continue // cancelled above: says nothing of the node
 			}
-			errs = append(errs, fmt.Errorf("node %d: %w", rep.i, rep.err))
-			if isOutage(opError("acquire", "", rep.err)) {
-				continue
-			}
-			if lasting++; t.nodes-lasting < t.quorum {
-				late <- opError("acquire", name, &lastingError{fmt.Errorf("%w: %d of %d nodes cannot grant the lock, whatever the wait: %w",
-					ErrNoQuorum, lasting, t.nodes, errors.Join(errs...))})
+			if lt.add(rep); lt.nodes-lt.lasting < lt.quorum {
+				late <- lt.failure(name, time.Until(valid)) // a lastingError
 			}
 		}
 	}
