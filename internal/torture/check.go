@@ -173,6 +173,16 @@ func (c *checker) excuse(w int, name string, holdFrom, holdTo, from, to int64) s
 			if f.Worker == w && f.From < holdTo && f.To > holdFrom && f.From < to {
 				return why
 			}
+		case f.Kind == FaultForceUnlock && f.Worker >= 0:
+			// The holder's own token was forced, before its hold ended
+			// and before the other got the lock: also just before its
+			// Acquire returned (a hand-off forced before the waiter read
+			// it, its Lock made from the message), which a window that
+			// must overlap the hold would not excuse. ForceUnlock's doc:
+			// the holder learns at its next renewal.
+			if f.Worker == w && name == f.Name && f.From < holdTo && f.To >= holdFrom-int64(c.h.TTL) && f.From < to {
+				return why
+			}
 		case len(f.Names) > 0 && !slices.Contains(f.Names, name):
 			// A fault of a server that does not hold this lock.
 		case f.From <= to && f.To >= from:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -356,7 +357,13 @@ func (r *run) forceUnlock(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("torture: force unlock %q: %w", name, err)
 	}
-	r.fault(Fault{Kind: FaultForceUnlock, Worker: -1, Name: name, Names: []string{name}, From: from, To: to,
+	// The worker whose token it was: the overlaps it excuses are that
+	// holder's (Check's excuse). Owners are "w<id>" (spawn).
+	w := -1
+	if id, err := strconv.Atoi(strings.TrimPrefix(info.Owner, "w")); err == nil {
+		w = id
+	}
+	r.fault(Fault{Kind: FaultForceUnlock, Worker: w, Name: name, Names: []string{name}, From: from, To: to,
 		Note: fmt.Sprintf("token of %s forced %v after a hand-off", info.Owner, time.Duration(to-from).Round(time.Microsecond))})
 	return nil
 }
