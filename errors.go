@@ -70,7 +70,8 @@ var (
 	// ErrUnavailable matches failures to reach a working Redis: the network
 	// (refused, reset, timed out, closed), go-redis' pool (timed out or
 	// closed), and servers that cannot serve now (LOADING, MASTERDOWN,
-	// CLUSTERDOWN, TRYAGAIN, READONLY, BUSY, NOREPLICAS, OOM). It never
+	// CLUSTERDOWN, TRYAGAIN, READONLY, BUSY, NOREPLICAS, OOM, and a MOVED or
+	// ASK that could not be followed while the slot map changes). It never
 	// matches a busy lock or the caller's own context ending. The outcome of
 	// the operation may be unknown; retrying later may help.
 	ErrUnavailable = errors.New("dlock: redis unavailable")
@@ -160,7 +161,12 @@ func unavailable(err error) bool {
 		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
 		return true
 	}
-	for _, prefix := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY", "NOREPLICAS", "OOM"} {
+	// MOVED and ASK reach dlock only when a redirect could not be followed
+	// (go-redis' redirects used up, or the reloaded slot map not showing
+	// the node yet): the slot map is in flux, a failover or a migration
+	// under way, as with TRYAGAIN. (The torture suite's Cluster rows ended
+	// waits on them.)
+	for _, prefix := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY", "NOREPLICAS", "OOM", "MOVED", "ASK"} {
 		if redis.HasErrorPrefix(err, prefix) {
 			return true
 		}
@@ -170,8 +176,12 @@ func unavailable(err error) bool {
 
 // outage reports whether err is an outage a wait rides out: unavailable,
 // but not the go-redis client closed under us, which no waiting cures.
+//
+// Too few replicas acknowledging a grant (ErrNotReplicated) is one too: the
+// grant was released or given back, and the replicas catch up or are
+// promoted (a failover under way); a later attempt confirms again.
 func outage(err error) bool {
-	return unavailable(err) && !errors.Is(err, redis.ErrClosed)
+	return (unavailable(err) || errors.Is(err, ErrNotReplicated)) && !errors.Is(err, redis.ErrClosed)
 }
 
 // NotObtainedError is returned, wrapped in an *Error, when another holder has
