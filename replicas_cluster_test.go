@@ -179,7 +179,12 @@ func TestWithReplicasHandOffAfterFailover(t *testing.T) {
 	key := "dlock:{" + name + "}"
 	opts := []dlock.AcquireOption{dlock.WithReplicas(1, time.Second), dlock.WithTTL(3 * time.Second)}
 
-	h := mustAcquire(t, holder, name, opts...)
+	// The holder's lease outlives a slow manual failover: the old primary
+	// pauses its clients (the holder's renewals too) until the replica has
+	// caught up and won its vote, up to 5 s on a loaded machine. With a 3 s
+	// TTL its lock was lost before the release (CI), which this test is
+	// not about.
+	h := mustAcquire(t, holder, name, dlock.WithReplicas(1, time.Second), dlock.WithTTL(15*time.Second))
 	got := make(chan error, 1)
 	var w dlock.Lock
 	go func() {
@@ -193,9 +198,11 @@ func TestWithReplicasHandOffAfterFailover(t *testing.T) {
 	}
 	waitFor(t, "the waiter queued", func() bool { return cs.ClusterClient(t).ZCard(bg, "dlock:{"+name+"}:q").Val() == 1 })
 	old := node.Options().Addr
+	failing := time.Now()
 	if _, err := cs.FailoverReplicaOf(bg, old); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("failover done in %v", time.Since(failing).Round(time.Millisecond))
 	// The waiter's hand-off subscription follows the failover (the old
 	// primary drops its shard channels) and reloads the slot map when it
 	// does, often before the release below: then the hand-off's WAIT goes
