@@ -15,15 +15,18 @@ import (
 // It carries a token's first 8 characters only, never the whole token,
 // with which its reader could release the lock.
 type Lock struct {
-	Name        string    `json:"name"`
-	Key         string    `json:"key"` // the Redis key of the lock
-	Owner       string    `json:"owner"`
-	TokenPrefix string    `json:"token_prefix"`
+	Name string `json:"name"`
+	Key  string `json:"key"` // the Redis key of the lock
+	// Owner, TokenPrefix and LeaseMS are the holder's; a shared lock has
+	// none (each reader has its own, in Readers) and leaves them out, as a
+	// semaphore leaves out the last two (see Holders).
+	Owner       string    `json:"owner,omitempty"`
+	TokenPrefix string    `json:"token_prefix,omitempty"`
 	Fence       int64     `json:"fence"`
-	Since       time.Time `json:"since"`    // acquisition, on the Redis server's clock, in UTC
-	AgeMS       int64     `json:"age_ms"`   // since acquisition, at the time of the listing; never negative
-	LeaseMS     int64     `json:"lease_ms"` // the lease the holder asked for
-	TTLMS       int64     `json:"ttl_ms"`   // lease left now; negative: no expiry
+	Since       time.Time `json:"since"`              // acquisition, on the Redis server's clock, in UTC
+	AgeMS       int64     `json:"age_ms"`             // since acquisition, at the time of the listing; never negative
+	LeaseMS     int64     `json:"lease_ms,omitempty"` // the lease the holder asked for
+	TTLMS       int64     `json:"ttl_ms"`             // lease left now; negative: no expiry
 	Waiters     int64     `json:"waiters"`
 	Kind        string    `json:"kind"` // "exclusive", "shared" or "semaphore" (dlock.KindExclusive...)
 	// Readers of a shared lock; a semaphore's n and its permits (each
@@ -59,6 +62,9 @@ func LockOf(i dlock.LockInfo, now time.Time) Lock {
 		Name: i.Name, Key: i.Key, Owner: i.Owner, TokenPrefix: i.TokenPrefix(), Fence: i.Fence,
 		Since: i.Since.UTC(), AgeMS: age(i, now).Milliseconds(), LeaseMS: i.Lease.Milliseconds(),
 		TTLMS: i.TTL.Milliseconds(), Waiters: i.Waiters, Kind: i.Kind, Permits: i.Permits,
+	}
+	if i.Kind != dlock.KindExclusive {
+		l.TokenPrefix = "" // a shared lock's is a marker, a semaphore's empty
 	}
 	for _, r := range i.Readers {
 		l.Readers = append(l.Readers, holderOf(r))

@@ -96,18 +96,25 @@ func toRow(i dlock.LockInfo, now time.Time) row {
 		}
 		r.Owner = "read by " + strings.Join(owners, ", ")
 	}
+	if i.Kind != dlock.KindExclusive {
+		r.TokenPrefix = "" // one per reader or permit, not the lock's
+	}
 	return r
+}
+
+// waiterKind is the kind a waiter waits for, in LockInfo.Kind's words.
+func waiterKind(w dlock.WaiterInfo) string {
+	if w.Shared {
+		return dlock.KindShared
+	}
+	return dlock.KindExclusive
 }
 
 // lineText lists the waiters in line for a cell's title: owner and kind.
 func lineText(i dlock.LockInfo) string {
 	parts := make([]string, 0, len(i.Queue))
 	for _, w := range i.Queue {
-		kind := "write"
-		if w.Shared {
-			kind = "read"
-		}
-		parts = append(parts, w.Owner+" ("+kind+")")
+		parts = append(parts, w.Owner+" ("+waiterKind(w)+")")
 	}
 	return strings.Join(parts, ", ")
 }
@@ -123,10 +130,7 @@ func permitLines(i dlock.LockInfo) []string {
 func queueLines(i dlock.LockInfo) []string {
 	var out []string
 	for n, w := range i.Queue {
-		kind := "write"
-		if w.Shared {
-			kind = "read"
-		}
+		kind := waiterKind(w)
 		if i.Kind == dlock.KindSemaphore {
 			kind = "permit"
 		}

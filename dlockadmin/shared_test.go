@@ -71,7 +71,7 @@ func TestSharedLockShown(t *testing.T) {
 	}
 	status, body, _ = e.do(t, "GET", "/", nil, nil)
 	page := html.UnescapeString(body)
-	for _, want := range []string{"read by reader-a", "reader-b", "in line: the-writer (write)"} {
+	for _, want := range []string{"read by reader-a", "reader-b", "in line: the-writer (exclusive)"} {
 		if status != http.StatusOK || !strings.Contains(page, want) {
 			t.Errorf("page (%d) has no %q", status, want)
 		}
