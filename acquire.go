@@ -132,6 +132,10 @@ func (c *Client) acquire(ctx context.Context, name string, ac acquireConfig) (*r
 			// which a lost reply may have granted.
 			w.token, w.unsure = token, true
 			w.sawOutage(r.err)
+		case r.unreplicated:
+			// Granted and released for too few replicas: wait on, with a
+			// fresh token, as the wait does (inLine).
+			w.sawOutage(r.err)
 		case !r.busy && !r.late:
 			return r.lock, r.err
 		}
@@ -227,6 +231,7 @@ type attemptResult struct {
 	busy        bool          // another holder has the lock
 	holderTTL   time.Duration // the holder's remaining lease, when busy
 	holderFence int64         // the holder's fencing token, when busy
+	holder      busyInfo      // who holds it, when busy
 	late        bool          // granted past its lease's deadline, and given back
 	// refused: the token was given up or forced in Redis (its record is
 	// there), so no attempt of it can ever take the lock: a waiter starts
@@ -236,7 +241,12 @@ type attemptResult struct {
 	// how; ErrUnavailable matches it), and the token was kept, not given
 	// back: the attempt asked to keep it (a waiter, which tries it again).
 	transient bool
-	err       error
+	// unreplicated: granted, but fewer replicas than WithReplicas asked
+	// for acknowledged it in time, and it was released (err is the
+	// ReplicaError): replicas missing, lagging or resyncing after a
+	// failover. A waiter tries again, with a fresh token.
+	unreplicated bool
+	err          error
 }
 
 // attempt runs the acquire script once. With queue set, a busy lock puts (or
@@ -317,8 +327,9 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 	}
 	if !g.OK {
 		ttl := time.Duration(g.HolderTTL) * time.Millisecond
-		return attemptResult{busy: true, holderTTL: ttl, holderFence: g.HolderFence,
-			err: opError("acquire", name, &NotObtainedError{Name: name, HolderTTL: ttl})}
+		b := busyInfo{ttl: ttl, g: g, self: g.Owner != "" && g.Owner == owner}
+		return attemptResult{busy: true, holderTTL: ttl, holderFence: g.HolderFence, holder: b,
+			err: opError("acquire", name, b.notObtained(name))}
 	}
 	// Too few replicas is reported as such (the WAIT that came with the
 	// script may itself have made the reply late).
@@ -336,7 +347,7 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 	l := c.newLock(ctx, name, k, token, g.Fence, ac, sent)
 	if ac.replicas > 0 {
 		if err := c.checkReplicated(ctx, l, ac, acked); err != nil {
-			return attemptResult{err: err}
+			return attemptResult{err: err, unreplicated: true}
 		}
 	}
 	return attemptResult{lock: l}
@@ -412,11 +423,36 @@ func (c *Client) withdrawWith(ctx context.Context, k node.Keys, token string, a 
 
 // gaveUp is the error of a wait that ended without the lock: busy, and also
 // the caller's context error when that context ended it.
-func (c *Client) gaveUp(ctx context.Context, name string, holder time.Duration) error {
+func (c *Client) gaveUp(ctx context.Context, name string, holder busyInfo) error {
 	if c.own.Closed() {
 		return opError("acquire", name, ErrClosed)
 	}
-	return opError("acquire", name, &NotObtainedError{Name: name, HolderTTL: holder, cause: ctx.Err(), waited: ctx.Err() == nil})
+	e := holder.notObtained(name)
+	e.cause, e.waited = ctx.Err(), ctx.Err() == nil
+	return opError("acquire", name, e)
+}
+
+// busyInfo is what the last busy reply said of the holder.
+type busyInfo struct {
+	ttl  time.Duration
+	g    node.Grant
+	self bool // the holder's owner text is the attempt's own
+}
+
+// notObtained is the busy error of name with what b says of the holder.
+func (b busyInfo) notObtained(name string) *NotObtainedError {
+	e := &NotObtainedError{Name: name, HolderTTL: b.ttl, Owner: b.g.Owner, Waiters: b.g.Waiters, Self: b.self}
+	switch b.g.Kind {
+	case 'x':
+		e.Kind = KindExclusive
+	case 'm':
+		e.Kind, e.MinHold = KindExclusive, true
+	case 'r':
+		e.Kind, e.Readers, e.Owner, e.Self = KindShared, int(b.g.NReaders), "", false
+	case 's':
+		e.Kind, e.Held, e.Permits, e.Owner, e.Self = KindSemaphore, int(b.g.Held), int(b.g.N), "", false
+	}
+	return e
 }
 
 // owns reports whether l is one of c's locks (for CheckReentry).

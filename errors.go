@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -197,6 +198,28 @@ type NotObtainedError struct {
 	// expiry, which only happens when something other than dlock wrote it.
 	HolderTTL time.Duration
 
+	// Who held the name at the last attempt, as Redis answered it; the zero
+	// values where it did not say (an error before any answer, or a Locker
+	// that does not tell).
+	//
+	// Kind is KindExclusive, KindShared (Readers readers hold it) or
+	// KindSemaphore (Held of its Permits permits are held). Owner is the
+	// exclusive holder's owner text (WithOwner; host/pid by default). MinHold:
+	// the holder released it before its min hold (WithMinHold), and the name
+	// is kept, renewed by nobody, until HolderTTL ends. Waiters is how many
+	// wait in line in Redis, this attempt included when it waited. Self: the
+	// holder's owner text is the one this attempt writes (WithOwner,
+	// WithAcquireOwner; by default this host and process), so the holder may
+	// be this very process: locks are not re-entrant (see WithReentry), and
+	// an Acquire of a name its caller holds waits until that is released.
+	Kind          string
+	Owner         string
+	Readers       int
+	Held, Permits int
+	MinHold       bool
+	Waiters       int64
+	Self          bool
+
 	cause  error // the context's error, when it ended the wait
 	waited bool  // the wait limit ended the wait
 	// late: the lock was granted, but the reply took this long, past the
@@ -226,17 +249,51 @@ func (e *NotObtainedError) Error() string {
 		}
 		return msg
 	}
-	msg := "dlock: not obtained: held by another owner"
-	switch {
-	case e.HolderTTL > 0:
-		msg += fmt.Sprintf(" (lease left %v, renewed while the holder works)", e.HolderTTL)
-	case e.HolderTTL < 0:
-		msg += " with no expiry"
+	msg := "dlock: not obtained: " + e.holderText()
+	if e.Waiters > 0 {
+		msg += fmt.Sprintf("; %d in line", e.Waiters)
+	}
+	if e.Self {
+		msg += "; the holder's owner is the one this attempt writes (by default this host and process): if this process holds it, release it first (locks are not re-entrant unless WithReentry)"
 	}
 	if e.cause != nil {
 		msg += ": " + e.cause.Error()
 	}
 	return msg
+}
+
+// holderText says who holds the name and what its lease means.
+func (e *NotObtainedError) holderText() string {
+	left := e.HolderTTL.Round(time.Millisecond)
+	switch e.Kind {
+	case KindShared:
+		return fmt.Sprintf("held by %s (a shared lock; the last lease ends in %v unless renewed while they work)", readersText(e.Readers), left)
+	case KindSemaphore:
+		return fmt.Sprintf("all %d of Permits(%d) held (a semaphore; the first lease ends in %v unless renewed)", e.Held, e.Permits, left)
+	}
+	who := "another owner"
+	if e.Owner != "" {
+		who = strconv.Quote(e.Owner)
+	}
+	switch {
+	case e.MinHold:
+		return fmt.Sprintf("kept for its min hold: %s released it before its WithMinHold ended; it frees in %v (nothing renews it)", who, left)
+	case e.HolderTTL > 0:
+		return fmt.Sprintf("held by %s (lease left %v, renewed while the holder works)", who, left)
+	case e.HolderTTL < 0:
+		return fmt.Sprintf("held by %s with no expiry", who)
+	}
+	return "held by " + who
+}
+
+func readersText(n int) string {
+	switch n {
+	case 0:
+		return "readers"
+	case 1:
+		return "1 reader"
+	}
+	return fmt.Sprintf("%d readers", n)
 }
 
 // Is makes errors.Is(err, ErrNotObtained) true.

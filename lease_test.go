@@ -140,7 +140,7 @@ func TestLateGrantInLine(t *testing.T) {
 		}
 		res, _ := cmd.(*redis.Cmd).Slice()
 		if len(res) >= 2 && res[0] == int64(1) && held.CompareAndSwap(false, true) {
-			w, _ := cmd.Args()[3+5+3].(string) // ARGV[4]: waiter id
+			w, _ := cmd.Args()[3+7+3].(string) // ARGV[4]: waiter id (after 7 keys)
 			queued.Store(w != "")
 			close(ran)
 			<-gate

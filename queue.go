@@ -1,9 +1,6 @@
 package dlock
 
-import (
-	"sync"
-	"time"
-)
+import "sync"
 
 // localQueue counts the goroutines of this process that wait for one name.
 // Each waits in the Redis queue with its own token (see waiter); the count
@@ -15,16 +12,16 @@ type localQueue struct {
 	placed int
 
 	mu     sync.Mutex
-	holder time.Duration // the holder's lease at the last attempt
+	holder busyInfo // who held it at the last busy attempt
 }
 
-func (q *localQueue) setHolderTTL(d time.Duration) {
+func (q *localQueue) setHolder(b busyInfo) {
 	q.mu.Lock()
-	q.holder = d
+	q.holder = b
 	q.mu.Unlock()
 }
 
-func (q *localQueue) holderTTL() time.Duration {
+func (q *localQueue) lastHolder() busyInfo {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.holder

@@ -15,7 +15,12 @@ import (
 
 // WithReplicas makes an acquisition wait until n replicas acknowledged the
 // new lock (Redis WAIT), at most timeout; with fewer acknowledgements the
-// lock is released at once and the call fails with ErrNotReplicated.
+// lock is released at once. A single attempt (TryAcquire, WithWait(0))
+// then fails with ErrNotReplicated; a waiting Acquire tries again, with a
+// fresh token and a growing pause, as through an outage (replicas lag, or
+// resync after a failover), and when its wait ends first, its error
+// matches both ErrNotObtained and ErrNotReplicated and says how many
+// acknowledged.
 //
 // The trade-off: every acquisition waits a replication round trip, and fails
 // when replicas lag or are down. In exchange a failover right after the

@@ -26,10 +26,9 @@ const MaxPermits = 10000
 // n must be between 1 and MaxPermits (else ErrInvalidOption). All holders of
 // a name must use the same n while any permit is held, and a name is either
 // a semaphore or an exclusive lock at a time: an acquisition that disagrees
-// is refused at once with ErrMismatch, naming both. The reverse check (an
-// exclusive Acquire of a name held as a semaphore) is not made, because it
-// would cost every exclusive acquisition a command: do not mix the two on
-// one name. Permits(1) is a semaphore of one permit, not the exclusive lock.
+// is refused at once with ErrMismatch, naming both; so is an exclusive or a
+// read lock of a name whose permits are held. Permits(1) is a semaphore of
+// one permit, not the exclusive lock.
 //
 // Every grant of a permit takes the next fence of the name, so fences of a
 // name still grow with every acquisition; but up to n holders are legitimate
@@ -47,8 +46,8 @@ func checkPermits(n int) error {
 	return nil
 }
 
-// mismatch is the error of a semaphore attempt refused because the name is
-// in use otherwise, or nil.
+// mismatch is the error of an attempt refused because the name is in use
+// as another kind (a semaphore of another n, a lock, a semaphore), or nil.
 func mismatch(ac acquireConfig, g node.Grant) error {
 	switch {
 	case g.Exclusive:
@@ -57,6 +56,12 @@ func mismatch(ac acquireConfig, g node.Grant) error {
 		return fmt.Errorf("%w: Permits(%d) asked, but the name is held as a read lock (Shared)", ErrMismatch, ac.permits)
 	case g.Permits > 0:
 		return fmt.Errorf("%w: Permits(%d) asked, but the holders use Permits(%d)", ErrMismatch, ac.permits, g.Permits)
+	case g.SemHeld > 0:
+		kind := "an exclusive lock"
+		if ac.shared {
+			kind = "a read lock (Shared)"
+		}
+		return fmt.Errorf("%w: %s asked, but the name is held as a semaphore: %d of its Permits(%d) held", ErrMismatch, kind, g.SemHeld, g.SemPermits)
 	}
 	return nil
 }

@@ -165,6 +165,19 @@ func (w *waiter) inLine(ctx, wctx context.Context) (*redisLock, error) {
 				return nil, w.gaveUp(ctx)
 			}
 			continue
+		case r.unreplicated:
+			// Granted, but too few replicas acknowledged it, and it was
+			// released: replicas lag, are missing or resync after a
+			// failover, which a later attempt may find over. As after an
+			// outage, try again after a pause that grows, until the wait
+			// ends; with a fresh token, since the released one's record
+			// refuses it.
+			w.freshToken()
+			w.sawOutage(r.err)
+			if !lease.Pause(w.outagePause(), wctx.Done()) {
+				return nil, w.gaveUp(ctx)
+			}
+			continue
 		case r.refused:
 			// The token is dead in Redis (a forced unlock of the lock a
 			// release handed to it, its message lost): start over, at once,
@@ -249,7 +262,7 @@ func (w *waiter) try(ctx context.Context) attemptResult {
 				w.c.place(w.q, 1)
 			}
 		}
-		w.q.setHolderTTL(r.holderTTL)
+		w.q.setHolder(r.holder)
 	}
 	return r
 }
@@ -387,7 +400,7 @@ func (w *waiter) leave(ctx context.Context) {
 // gaveUp is the error of a wait that ended without the lock; during an
 // outage, it says what the outage was and since when.
 func (w *waiter) gaveUp(ctx context.Context) error {
-	err := w.c.gaveUp(ctx, w.name, w.q.holderTTL())
+	err := w.c.gaveUp(ctx, w.name, w.q.lastHolder())
 	var ne *NotObtainedError
 	if w.outage != nil && errors.As(err, &ne) {
 		ne.DuringOutage(w.outage, time.Since(w.outageSince))

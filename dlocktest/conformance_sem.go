@@ -3,6 +3,7 @@ package dlocktest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -164,6 +165,37 @@ func (s *suite) semMismatch(t *testing.T) {
 	}
 	isOpError(t, err, dlock.ErrMismatch, "acquire", excl)
 	s.release(t, x)
+
+	// The other way round: an exclusive lock, or a read lock, of a name
+	// whose permits are held is refused at once too, naming the permits.
+	p := s.permit(t, l, name)
+	type kind struct {
+		what string
+		opts []dlock.AcquireOption
+	}
+	kinds := []kind{{"an exclusive lock", nil}}
+	if s.h.Shared {
+		kinds = append(kinds, kind{"a read lock", []dlock.AcquireOption{dlock.Shared()}})
+	}
+	for _, k := range kinds {
+		kind, opts := k.what, k.opts
+		for _, acquire := range []func(context.Context, string, ...dlock.AcquireOption) (dlock.Lock, error){l.TryAcquire, l.Acquire} {
+			start := time.Now()
+			got, err := acquire(ctx, name, append([]dlock.AcquireOption{dlock.WithTTL(s.ttl), dlock.WithWait(s.patience)}, opts...)...)
+			if got != nil {
+				_ = got.Release(ctx)
+				t.Fatalf("%s of a name whose permits are held", kind)
+			}
+			isOpError(t, err, dlock.ErrMismatch, "acquire", name)
+			if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("Permits(%d)", semN)) {
+				t.Fatalf("%s refused with %q, which does not name the holders' Permits(%d)", kind, msg, semN)
+			}
+			if took := time.Since(start); took > s.patience/2 {
+				t.Fatalf("%s refused after %v: it must be refused at once, not waited out", kind, took)
+			}
+		}
+	}
+	s.release(t, p)
 
 	for _, n := range []int{0, -1, dlock.MaxPermits + 1} {
 		got, err := l.TryAcquire(ctx, name, dlock.WithTTL(s.ttl), dlock.Permits(n))

@@ -185,6 +185,9 @@ func (l *Locker) take(ctx context.Context, name string, s dlock.AcquireSettings,
 			l.mu.Unlock()
 			return lk, nil
 		}
+	} else if err := l.permitsHeld(name, s); err != nil {
+		l.mu.Unlock()
+		return nil, err
 	} else if e == nil || e.admits(s) {
 		lk := l.grant(ctx, name, s)
 		l.mu.Unlock()

@@ -14,8 +14,8 @@ const semPrefix = "S"
 
 // A semaphore (dlock.Permits) is an entry of Locker.sems, apart from the
 // exclusive lock of the same name, as in Redis: a permit acquisition on a
-// name held as an exclusive lock is refused with dlock.ErrMismatch, and the
-// reverse is not checked (the Client does not check it either). Each
+// name held as a lock is refused with dlock.ErrMismatch, and so is a lock
+// or read lock of a name whose permits are held, as the Client does. Each
 // permit is a lock of its own with its own lease; a freed permit goes
 // straight to the first waiter still waiting, so a semaphore with free
 // permits has no waiters, and n stays agreed while it has holders or
@@ -39,6 +39,21 @@ func (l *Locker) tryPermit(ctx context.Context, name string, s dlock.AcquireSett
 		return e, l.grant(ctx, name, s), nil
 	}
 	return e, nil, nil
+}
+
+// permitsHeld is the refusal of a lock or read lock of name while permits
+// of it are held, or nil. l.mu must be held.
+func (l *Locker) permitsHeld(name string, s dlock.AcquireSettings) error {
+	e := l.sems[name]
+	if e == nil || len(e.sem) == 0 {
+		return nil
+	}
+	kind := "an exclusive lock"
+	if s.Shared {
+		kind = "a read lock (Shared)"
+	}
+	return opError("acquire", name, fmt.Errorf("%w: %s asked, but the name is held as a semaphore: %d of its Permits(%d) held",
+		dlock.ErrMismatch, kind, len(e.sem), e.permits))
 }
 
 // entryOf is the entry a waiter of name waits in. l.mu must be held.

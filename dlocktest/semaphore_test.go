@@ -11,7 +11,7 @@ import (
 
 // On the manual clock: each permit's lease ends on its own, the freed permit
 // goes to the waiter in line, Expire ends the oldest permit, and a semaphore
-// and an exclusive lock of one name are told apart as the Client does.
+// and an exclusive lock of one name exclude each other as the Client's do.
 func TestSemaphoreOnTheClock(t *testing.T) {
 	l, clock := manual(t)
 	a := mustTry(t, l, "pool", dlock.Permits(2), dlock.WithTTL(time.Second), dlock.WithoutRenewal())
@@ -41,13 +41,16 @@ func TestSemaphoreOnTheClock(t *testing.T) {
 	if got := l.Permits("pool"); len(got) != 1 || got[0] != c {
 		t.Fatalf("Permits after Expire = %v", got)
 	}
-	// The Client does not check an exclusive acquisition against permits.
+	// One kind at a time, both ways, as the Client.
+	if _, err := l.TryAcquire(bg, "pool"); !errors.Is(err, dlock.ErrMismatch) {
+		t.Fatalf("an exclusive lock while a permit is held: %v", err)
+	}
+	_ = c.Release(bg)
 	x := mustTry(t, l, "pool")
 	if _, err := l.TryAcquire(bg, "pool", dlock.Permits(2)); !errors.Is(err, dlock.ErrMismatch) {
 		t.Fatalf("a permit while the exclusive lock is held: %v", err)
 	}
 	_ = x.Release(bg)
-	_ = c.Release(bg)
 	if l.Held("pool") || len(l.Permits("pool")) != 0 {
 		t.Fatal("something still held")
 	}

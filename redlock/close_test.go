@@ -189,8 +189,8 @@ type slowRelease struct {
 
 func (h *slowRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		// The release script: 5 keys, ARGV[3] (give up) '0' or '1'; the
-		// acquire script also has 5 keys, with the owner there.
+		// The release script: 5 keys, ARGV[3] (give up) '0' or '1' (the
+		// acquire script has 7 keys).
 		if a := cmd.Args(); len(a) > 10 && (a[0] == "evalsha" || a[0] == "eval") && fmt.Sprint(a[2]) == "5" &&
 			(fmt.Sprint(a[10]) == "0" || fmt.Sprint(a[10]) == "1") {
 			time.Sleep(h.d)

@@ -14,7 +14,7 @@ import (
 	"github.com/dlock-go/dlock/internal/faultproxy"
 )
 
-// heldReply holds the replies of acquisitions (a script call with five keys)
+// heldReply holds the replies of acquisitions (a script call with seven keys)
 // while armed, until released.
 type heldReply struct {
 	armed atomic.Bool
@@ -29,7 +29,7 @@ func (h *heldReply) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *heldReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if a := cmd.Args(); h.armed.Load() && len(a) > 2 && (a[0] == "evalsha" || a[0] == "eval") && fmt.Sprint(a[2]) == "5" {
+		if a := cmd.Args(); h.armed.Load() && len(a) > 2 && (a[0] == "evalsha" || a[0] == "eval") && fmt.Sprint(a[2]) == "7" {
 			<-h.open
 		}
 		return err

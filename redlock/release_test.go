@@ -17,8 +17,8 @@ import (
 )
 
 // lateReply is a go-redis hook that, once armed, lets the next acquire
-// script (a script call with 5 keys and 8 arguments; the release script
-// has 7) run on the node and holds its reply back for d: a grant the
+// script (a script call with 7 keys and 8 arguments; the release script
+// has 5 and 7) run on the node and holds its reply back for d: a grant the
 // Redlock hears of only after d.
 type lateReply struct {
 	armed atomic.Bool
@@ -32,7 +32,7 @@ func (h *lateReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		a := cmd.Args()
-		if err == nil && len(a) == 16 && (a[0] == "evalsha" || a[0] == "eval") && fmt.Sprint(a[2]) == "5" &&
+		if err == nil && len(a) == 18 && (a[0] == "evalsha" || a[0] == "eval") && fmt.Sprint(a[2]) == "7" &&
 			h.armed.CompareAndSwap(true, false) {
 			h.held.Add(1)
 			time.Sleep(h.d)

@@ -30,19 +30,21 @@ type Keys struct {
 	Handoff string // prefix of the channels that tell a waiter it got the lock
 	Record  string // prefix of the release records, one per released token
 
-	// boxed holds Lock, Fence, Queue, QData and Handoff as interface
-	// values, boxed once in KeysOf for the acquire and the release of the
-	// lock rather than in every call.
-	boxed *[5]any
+	// boxed holds Lock, Fence, Queue, QData, Handoff and the semaphore's
+	// Permits and Data keys (see Sem) as interface values, boxed once in
+	// KeysOf for the acquire and the release of the lock rather than in
+	// every call. The lock's acquire reads the semaphore's keys to refuse a
+	// name whose permits are held.
+	boxed *[7]any
 }
 
 // box returns the keys as interface values for a call's arguments; a Keys
 // not made by KeysOf boxes them now.
-func (k Keys) box() *[5]any {
+func (k Keys) box() *[7]any {
 	if k.boxed != nil {
 		return k.boxed
 	}
-	return &[5]any{k.Lock, k.Fence, k.Queue, k.QData, k.Handoff}
+	return &[7]any{k.Lock, k.Fence, k.Queue, k.QData, k.Handoff, k.Lock + sufSem, k.Lock + sufSemData}
 }
 
 // Key suffixes after the lock's own key.
@@ -59,7 +61,8 @@ func KeysOf(prefix, name string) Keys {
 	// Keys are built on every acquisition, the hot path of an uncontended
 	// lock: two allocations, the other keys being slices of one string.
 	base := prefix + "{" + name + "}"
-	all := base + sufFence + base + sufQueue + base + sufQData + base + sufHandoff + base + sufRecord
+	all := base + sufFence + base + sufQueue + base + sufQData + base + sufHandoff + base + sufRecord +
+		base + sufSem + base + sufSemData
 	off := 0
 	take := func(suffix string) string {
 		s := all[off : off+len(base)+len(suffix)]
@@ -68,7 +71,7 @@ func KeysOf(prefix, name string) Keys {
 	}
 	k := Keys{Lock: base, Fence: take(sufFence), Queue: take(sufQueue), QData: take(sufQData),
 		Handoff: take(sufHandoff), Record: take(sufRecord)}
-	k.boxed = &[5]any{k.Lock, k.Fence, k.Queue, k.QData, k.Handoff}
+	k.boxed = &[7]any{k.Lock, k.Fence, k.Queue, k.QData, k.Handoff, take(sufSem), take(sufSemData)}
 	return k
 }
 
@@ -336,10 +339,10 @@ func lockAcquire(script *redis.Script) func(Keys, string, AcquireArgs) Call {
 		b := k.box()
 		if a.Retake {
 			// ARGV[9] only then: every other call stays as it was.
-			return mkCall(script, 5, b[0], b[1], b[2], b[3], k.Record+token,
+			return mkCall(script, 7, b[0], b[1], b[2], b[3], k.Record+token, b[5], b[6],
 				token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters), "1")
 		}
-		return mkCall(script, 5, b[0], b[1], b[2], b[3], k.Record+token,
+		return mkCall(script, 7, b[0], b[1], b[2], b[3], k.Record+token, b[5], b[6],
 			token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters))
 	}
 }
@@ -364,10 +367,25 @@ type Grant struct {
 	Permits   int64
 	Exclusive bool
 	Readers   bool
+	// The refusal of a lock or read lock: SemHeld permits of the name's
+	// semaphore of SemPermits are held.
+	SemPermits, SemHeld int64
+
+	// Who holds it, when busy (see holder_reply in common.lua and sem_busy
+	// in sem_common.lua): the exclusive holder's Owner; its Kind, 'x' an
+	// exclusive holder, 'r' readers (NReaders of them), 'm' a name kept for
+	// its min hold, 's' a semaphore (Held of its N permits held); and the
+	// Waiters in line. Zero when the reply did not say.
+	Owner    string
+	Kind     byte
+	NReaders int64
+	Held, N  int64
+	Waiters  int64
 }
 
-// ParseGrant reads the acquire script's reply {1, fence} or {0, pttl,
-// holder fence}.
+// ParseGrant reads the acquire script's reply: {1, fence}; {0, pttl, holder
+// fence, ...} with what holder_reply or sem_busy tell of the holder; or a
+// refusal (a negative pttl).
 func ParseGrant(res []any) (Grant, error) {
 	if len(res) < 2 {
 		return Grant{}, fmt.Errorf("unexpected reply of %d elements", len(res))
@@ -384,6 +402,20 @@ func ParseGrant(res []any) (Grant, error) {
 	if len(res) > 2 {
 		g.HolderFence, _ = res[2].(int64)
 	}
+	switch len(res) {
+	case 7: // holder_reply
+		g.Owner, _ = res[3].(string)
+		if k, _ := res[4].(string); len(k) == 1 {
+			g.Kind = k[0]
+		}
+		g.NReaders, _ = res[5].(int64)
+		g.Waiters, _ = res[6].(int64)
+	case 6: // sem_busy
+		g.Kind = 's'
+		g.Held, _ = res[3].(int64)
+		g.N, _ = res[4].(int64)
+		g.Waiters, _ = res[5].(int64)
+	}
 	switch n {
 	case -4:
 		return Grant{Permits: g.HolderFence}, nil
@@ -391,6 +423,12 @@ func ParseGrant(res []any) (Grant, error) {
 		return Grant{Exclusive: true}, nil
 	case -6:
 		return Grant{Readers: true}, nil
+	case -7:
+		g := Grant{SemPermits: g.HolderFence}
+		if len(res) > 3 {
+			g.SemHeld, _ = res[3].(int64)
+		}
+		return g, nil
 	}
 	return g, nil
 }

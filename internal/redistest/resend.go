@@ -9,7 +9,7 @@ import (
 )
 
 // ReadOnlyOnResend is go-redis' retry after a lost reply, made visible, as
-// a redis.Hook: once Armed, the next acquire script (EVALSHA or EVAL of 5
+// a redis.Hook: once Armed, the next acquire script (EVALSHA or EVAL of 7
 // keys and 8 arguments) runs on the server (it grants), its reply is lost,
 // and the command is sent again to a server that meanwhile turned
 // read-only (a replica for a moment, its primary unreachable, so it keeps
@@ -31,7 +31,7 @@ func (h *ReadOnlyOnResend) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 func (h *ReadOnlyOnResend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		a := cmd.Args()
-		if !(len(a) == 16 && (a[0] == "evalsha" || a[0] == "eval") && fmt.Sprint(a[2]) == "5" && h.Armed.CompareAndSwap(true, false)) {
+		if !(len(a) == 18 && (a[0] == "evalsha" || a[0] == "eval") && fmt.Sprint(a[2]) == "7" && h.Armed.CompareAndSwap(true, false)) {
 			return next(ctx, cmd)
 		}
 		if err := next(ctx, cmd); err != nil {

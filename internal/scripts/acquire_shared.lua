@@ -1,7 +1,8 @@
 -- acquire_shared: take a read lock; see the reader layout in common.lua.
 -- KEYS and ARGV as acquire.lua, and ARGV[8] '1' to join readers even while
 -- a live writer waits in line (SkipWaitingWriters).
--- Replies as acquire.lua: {1, fence}, {0, pttl, holder fence}, {0, -3, 0}.
+-- Replies as acquire.lua: {1, fence}, {0, pttl, holder fence, ...} (see
+-- holder_reply in common.lua), {0, -3, 0}, {0, -7, n, held}.
 -- When busy because a writer waits ahead, pttl is what is left of the
 -- readers' leases (the lock frees then at the latest).
 local key, fencekey, queue, qdata = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -23,17 +24,17 @@ if mine then
   return {1, mine}
 end
 
-local function busy(pttl, fence)
+local function busy(pttl, held)
   if waiter ~= '' then
     join(queue, qdata, token, waiter, ttl, ARGV[5], ARGV[6], owner)
   end
-  return {0, pttl, tonumber(fence) or 0}
+  return holder_reply(key, queue, pttl, held)
 end
 
 -- HMGET fails with WRONGTYPE when the key is not a hash: nothing written yet.
-local held = redis.call('HMGET', key, 'token', 'fence')
+local held = redis.call('HMGET', key, 'token', 'fence', 'owner')
 if held[1] and held[1] ~= READERS then
-  return busy(redis.call('PTTL', key), held[2]) -- a writer holds it
+  return busy(redis.call('PTTL', key), held) -- a writer holds it
 end
 
 if held[1] == READERS then
@@ -55,12 +56,16 @@ if held[1] == READERS then
       if not is_shared(t) then
         local _, _, alive = waiter_entry(qdata, t)
         if alive and alive >= now_ms then
-          return busy(last - now_ms, held[2])
+          return busy(last - now_ms, held)
         end
       end
     end
   end
 end
+
+-- No writer, but maybe permits (see acquire.lua).
+local permits = sem_held(KEYS[6], KEYS[7], now_ms)
+if permits then return permits end
 
 local fence, err = next_fence(fencekey, ARGV[7])
 if err then return err end

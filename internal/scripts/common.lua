@@ -42,6 +42,18 @@ local function next_fence(fencekey, lifetime)
   return fence
 end
 
+-- sem_held returns the refusal {0, -7, n, held} of an exclusive or read
+-- lock of a name whose semaphore (sem, data: see sem_common.lua) has held
+-- permits, or nil when none is held. A permit whose lease has ended does not
+-- count; the next semaphore script purges it.
+local function sem_held(sem, data, now_ms)
+  local held = redis.call('ZCOUNT', sem, string.format('(%d', now_ms), '+inf')
+  if held == 0 then
+    return nil
+  end
+  return {0, -7, tonumber(redis.call('HGET', data, 'n')) or 0, held}
+end
+
 -- grant writes the lock hash with its lease.
 local function grant(key, fence, token, ttl, owner, since_ms)
   redis.call('HSET', key, 'token', token, 'fence', string.format('%d', fence),
@@ -275,4 +287,19 @@ local function join(queue, qdata, token, waiter, ttl, alive_ms, expiry_ms, owner
   redis.call('HSET', qdata, token, string.format('%s|%s|%d|%s', waiter, ttl, now_ms + tonumber(alive_ms), owner))
   redis.call('PEXPIRE', queue, expiry_ms)
   redis.call('PEXPIRE', qdata, expiry_ms)
+end
+
+-- holder_reply is a busy attempt's reply: {0, pttl, holder fence, owner,
+-- kind, readers, waiters}, kind 'x' for an exclusive holder, 'r' for
+-- readers (owner '', readers how many the hash has, one may have just
+-- expired), 'm' for a name kept for its min hold by its finished holder;
+-- waiters is the length of the line, this attempt's place included.
+local function holder_reply(key, queue, pttl, held)
+  local kind, owner, readers = 'x', held[3] or '', 0
+  if held[1] == READERS then
+    kind, owner, readers = 'r', '', math.max(redis.call('HLEN', key) - 2, 0)
+  elseif held[1] == 'min-hold' then
+    kind = 'm'
+  end
+  return {0, pttl, tonumber(held[2]) or 0, owner, kind, readers, redis.call('ZCARD', queue)}
 end

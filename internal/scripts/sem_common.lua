@@ -102,7 +102,7 @@ end
 
 -- sem_busy is the reply of an attempt that found every permit held:
 -- {0, ms until the earliest lease ends (a waiter wakes then), the fence
--- counter}. The counter is above every grant made before this attempt ran,
+-- counter, permits held, their n, waiters in line}. The counter is above every grant made before this attempt ran,
 -- so a hand-off message with a fence not above it is stale (wait.go); the
 -- fence of any one holder would not be, with several holders.
 local function sem_busy(k, now_ms)
@@ -113,5 +113,6 @@ local function sem_busy(k, now_ms)
   end
   local cur = redis.pcall('GET', k.fence)
   if type(cur) ~= 'string' then cur = '0' end
-  return {0, left, tonumber(cur) or 0}
+  return {0, left, tonumber(cur) or 0, redis.call('ZCARD', k.sem),
+    tonumber(redis.call('HGET', k.data, 'n')) or 0, redis.call('ZCARD', k.queue)}
 end
