@@ -283,12 +283,12 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		// up, unless the key is not a lock at all (WRONGTYPE: nothing of
 		// ours can be there, and the release would fail the same way), or
 		// the caller keeps it through an outage.
-		err = redisError(err)
+		err = c.clusterHint(redisError(err))
 		var verdict error // why the scripts fail there, if the server is unfit
 		if isServerReply(err) {
 			verdict = c.serverVerdictNow()
 		}
-		if verdict == nil && keep && outage(err) {
+		if verdict == nil && keep && c.outage(err) {
 			return attemptResult{transient: true, err: opError("acquire", name, err)}
 		}
 		if !errors.Is(err, ErrWrongType) {

@@ -71,8 +71,7 @@ var (
 	// ErrUnavailable matches failures to reach a working Redis: the network
 	// (refused, reset, timed out, closed), go-redis' pool (timed out or
 	// closed), and servers that cannot serve now (LOADING, MASTERDOWN,
-	// CLUSTERDOWN, TRYAGAIN, READONLY, BUSY, NOREPLICAS, OOM, and a MOVED or
-	// ASK that could not be followed while the slot map changes). It never
+	// CLUSTERDOWN, TRYAGAIN, READONLY, BUSY, NOREPLICAS, OOM). It never
 	// matches a busy lock or the caller's own context ending. The outcome of
 	// the operation may be unknown; retrying later may help.
 	ErrUnavailable = errors.New("dlock: redis unavailable")
@@ -162,12 +161,7 @@ func unavailable(err error) bool {
 		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
 		return true
 	}
-	// MOVED and ASK reach dlock only when a redirect could not be followed
-	// (go-redis' redirects used up, or the reloaded slot map not showing
-	// the node yet): the slot map is in flux, a failover or a migration
-	// under way, as with TRYAGAIN. (The torture suite's Cluster rows ended
-	// waits on them.)
-	for _, prefix := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY", "NOREPLICAS", "OOM", "MOVED", "ASK"} {
+	for _, prefix := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY", "NOREPLICAS", "OOM"} {
 		if redis.HasErrorPrefix(err, prefix) {
 			return true
 		}
@@ -181,8 +175,35 @@ func unavailable(err error) bool {
 // Too few replicas acknowledging a grant (ErrNotReplicated) is one too: the
 // grant was released or given back, and the replicas catch up or are
 // promoted (a failover under way); a later attempt confirms again.
-func outage(err error) bool {
-	return (unavailable(err) || errors.Is(err, ErrNotReplicated)) && !errors.Is(err, redis.ErrClosed)
+//
+// So is a MOVED or ASK that a Cluster client could not follow (its
+// redirects used up, or its reloaded slot map not showing the node yet):
+// the slot map is in flux, a failover or a migration under way, as with
+// TRYAGAIN (the torture suite's Cluster rows ended waits on them). A client
+// of one node that meets MOVED talks to a Cluster node as if it were a
+// standalone server: no waiting cures that (see clusterHint).
+func (c *Client) outage(err error) bool {
+	if errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	if unavailable(err) || errors.Is(err, ErrNotReplicated) {
+		return true
+	}
+	_, cluster := c.rdb.(*redis.ClusterClient)
+	return cluster && redirect(err)
+}
+
+func redirect(err error) bool {
+	return redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK ")
+}
+
+// clusterHint says what a MOVED or ASK means to a client that does not
+// follow them: it was given one node of a Cluster.
+func (c *Client) clusterHint(err error) error {
+	if _, cluster := c.rdb.(*redis.ClusterClient); cluster || !redirect(err) {
+		return err
+	}
+	return fmt.Errorf("%w (a Redis Cluster node answered: connect with redis.NewClusterClient, or redis.NewUniversalClient with the nodes' addresses)", err)
 }
 
 // NotObtainedError is returned, wrapped in an *Error, when another holder has
@@ -242,8 +263,12 @@ func (e *NotObtainedError) Error() string {
 		if oe, ok := what.(*Error); ok && oe.Err != nil {
 			what = oe.Err // the operation and name are the outer error's
 		}
-		msg := fmt.Sprintf("dlock: not obtained: Redis could not serve the wait for its last %v (%s)",
-			e.outageFor.Round(time.Millisecond), strings.TrimPrefix(what.Error(), "dlock: "))
+		why := "Redis could not serve the wait"
+		if errors.Is(what, ErrNotReplicated) {
+			why = "too few replicas acknowledged its grants, each released,"
+		}
+		msg := fmt.Sprintf("dlock: not obtained: %s for its last %v (%s)",
+			why, e.outageFor.Round(time.Millisecond), strings.TrimPrefix(what.Error(), "dlock: "))
 		if e.cause != nil {
 			msg += ": " + e.cause.Error()
 		}
@@ -301,7 +326,8 @@ func (e *NotObtainedError) Is(target error) bool { return target == ErrNotObtain
 
 // Unwrap returns the context's error when it ended the wait, or the last
 // error of an outage the wait was riding out when it ended (which matches
-// ErrUnavailable), or both joined.
+// ErrUnavailable, or ErrNotReplicated when too few replicas acknowledged
+// its grants: WithReplicas), or both joined.
 func (e *NotObtainedError) Unwrap() error {
 	switch {
 	case e.outage == nil:

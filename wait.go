@@ -104,7 +104,7 @@ func (w *waiter) subscribe(wctx context.Context) (*subscription, error) {
 			return sub, nil
 		}
 		err = opError("acquire", w.name, redisError(err))
-		if !outage(err) || wctx.Err() != nil {
+		if !w.c.outage(err) || wctx.Err() != nil {
 			return nil, err
 		}
 		w.sawOutage(err)
@@ -223,7 +223,7 @@ func (w *waiter) inLine(ctx, wctx context.Context) (*redisLock, error) {
 			continue
 		}
 		l, err := w.handedOver(ctx, fence)
-		if err != nil && outage(err) {
+		if err != nil && w.c.outage(err) {
 			// Confirming the hand-off met an outage: the lock was let go
 			// (or its token given back); wait on, as after a lapsed one,
 			// or, the wait over, say so.
