@@ -45,7 +45,7 @@ func (r *Redlock) TryAcquire(ctx context.Context, name string, opts ...dlock.Acq
 	}
 	var l *Lock
 	if err == nil {
-		l, _, _, err = r.try(ctx, name, s)
+		l, _, err = r.try(ctx, name, s, nil)
 	}
 	return r.acquired(ctx, name, start, l, err, false, s.Reentrant)
 }
@@ -169,7 +169,11 @@ func (r *Redlock) owns(l dlock.Lock) bool {
 func (r *Redlock) acquire(ctx context.Context, name string, s dlock.AcquireSettings) (*Lock, bool, error) {
 	// The first attempt runs on ctx: WithWait(0) makes Acquire a single
 	// attempt, like TryAcquire, not a wait over before it began.
-	l, holder, late, err := r.try(ctx, name, s)
+	// The slower nodes of every attempt of the wait tell late what no wait
+	// cures (see try): one channel for them all, so that a reply slower
+	// than the backoff before the next attempt is heard all the same.
+	late := make(chan error, 1)
+	l, holder, err := r.try(ctx, name, s, late)
 	if err == nil || !(isBusy(err) || isOutage(err)) || s.Wait == 0 {
 		return l, false, err
 	}
@@ -199,15 +203,15 @@ func (r *Redlock) acquire(ctx context.Context, name string, s dlock.AcquireSetti
 			t.Stop()
 			return r.gaveUp(ctx, name, holder, outage, outageSince)
 		case err := <-late:
-			// The last attempt's slower nodes answered what no wait
-			// cures (TestWaitEndsOnLateLastingErrors).
+			// An attempt's slower nodes answered what no wait cures
+			// (TestWaitEndsOnLateLastingErrors).
 			t.Stop()
 			return nil, false, err
 		case <-t.C:
 		}
 		var h time.Duration
 		var err error
-		l, h, late, err = r.try(wctx, name, s)
+		l, h, err = r.try(wctx, name, s, late)
 		if isBusy(err) {
 			holder = h
 		}
@@ -351,12 +355,16 @@ func (e *lastingError) Unwrap() error { return e.error }
 // the lock if a quorum granted it, and a quorum took its fence (raiseFence),
 // within the validity (the TTL less the time the attempt took and the
 // margin), else an error, and the longest lease the busy nodes reported.
-func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings) (*Lock, time.Duration, <-chan error, error) {
+//
+// A failed attempt's replies still out are collected in the background; if
+// they leave too few nodes that can grant at all, the lastingError is sent
+// on late (when not nil, without blocking: one is enough).
+func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings, late chan<- error) (*Lock, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, 0, nil, opError("acquire", name, err) // nothing sent
+		return nil, 0, opError("acquire", name, err) // nothing sent
 	}
 	if !r.own.Begin() {
-		return nil, 0, nil, opError("acquire", name, dlock.ErrClosed) // nothing sent
+		return nil, 0, opError("acquire", name, dlock.ErrClosed) // nothing sent
 	}
 	defer r.own.End()
 	k := node.KeysOf(r.cfg.prefix, name)
@@ -417,9 +425,8 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 	// among them that no wait cures, which with those heard before leaves
 	// too few nodes that can grant at all, is told on late: the wait that
 	// counted this attempt as an outage ends at once.
-	var late chan error
-	if l == nil && pending > 0 {
-		late = make(chan error, 1)
+	if l != nil {
+		late = nil
 	}
 	// The late replies' own tally, on from the verdict's.
 	lt := t
@@ -437,7 +444,10 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 				continue // cancelled above: says nothing of the node
 			}
 			if lt.add(rep); lt.nodes-lt.lasting < lt.quorum {
-				late <- lt.failure(name, time.Until(valid)) // a lastingError
+				select {
+				case late <- lt.failure(name, time.Until(valid)): // a lastingError
+				default: // an earlier one is there, unread
+				}
 			}
 		}
 	}
@@ -451,10 +461,10 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 			rctx, cancel := r.cleanupContext(ctx)
 			defer cancel()
 			_ = l.release(rctx, errClosedRelease)
-			return nil, 0, nil, opError("acquire", name, dlock.ErrClosed)
+			return nil, 0, opError("acquire", name, dlock.ErrClosed)
 		}
 		l.begin()
-		return l, 0, nil, nil
+		return l, 0, nil
 	}
 	r.withdrawAll(ctx, k, token, t.fences, s.TTL)
 	// A node not heard from may have granted with its reply still out
@@ -471,13 +481,13 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings)
 	}
 	switch {
 	case r.closing.Err() != nil:
-		return nil, t.holder, nil, opError("acquire", name, dlock.ErrClosed) // Close cancelled the attempts
+		return nil, t.holder, opError("acquire", name, dlock.ErrClosed) // Close cancelled the attempts
 	case ctxErr != nil:
-		return nil, t.holder, nil, opError("acquire", name, ctxErr)
+		return nil, t.holder, opError("acquire", name, ctxErr)
 	case failErr != nil:
-		return nil, 0, late, failErr
+		return nil, 0, failErr
 	}
-	return nil, t.holder, late, t.failure(name, left)
+	return nil, t.holder, t.failure(name, left)
 }
 
 // longerHolder keeps the longest lease busy nodes reported, in ms: -1, a
