@@ -173,16 +173,9 @@ func (c *checker) excuse(w int, name string, holdFrom, holdTo, from, to int64) s
 			if f.Worker == w && f.From < holdTo && f.To > holdFrom && f.From < to {
 				return why
 			}
-		case f.Kind == FaultForceUnlock && f.Worker >= 0:
-			// The holder's own token was forced, before its hold ended
-			// and before the other got the lock: also just before its
-			// Acquire returned (a hand-off forced before the waiter read
-			// it, its Lock made from the message), which a window that
-			// must overlap the hold would not excuse. ForceUnlock's doc:
-			// the holder learns at its next renewal.
-			if f.Worker == w && name == f.Name && f.From < holdTo && f.To >= holdFrom-int64(c.h.TTL) && f.From < to {
-				return why
-			}
+		case f.Kind == FaultForceUnlock:
+			// Excuses only the grant it removed, by fence (forced), not
+			// every hold near it.
 		case len(f.Names) > 0 && !slices.Contains(f.Names, name):
 			// A fault of a server that does not hold this lock.
 		case f.From <= to && f.To >= from:
@@ -192,16 +185,28 @@ func (c *checker) excuse(w int, name string, holdFrom, holdTo, from, to int64) s
 	return ""
 }
 
-// forcedBeforeGot names the forced unlock of b's own token that came
-// before b's Acquire returned, or "": the release handed the lock to b, an
-// operator forced it, and b then read the hand-off message and returned a
-// Lock that Redis no longer held (ForceUnlock's doc: the holder learns at
-// its next renewal), while another took the free name. b's fence is the
-// smaller one, which a fenced resource refuses after the other's write.
-func (c *checker) forcedBeforeGot(b Hold) string {
+// forced returns the forced unlock (FaultForceUnlock) that removed x's own
+// grant, found by its fence.
+func (c *checker) forced(x Hold) (Fault, bool) {
 	for _, f := range c.h.Faults {
-		if f.Kind == FaultForceUnlock && f.Worker == b.Worker && f.Name == b.Name &&
-			f.From < b.Got && f.To >= b.Got-int64(c.h.TTL) {
+		if f.Kind == FaultForceUnlock && f.Fence != 0 && f.Fence == x.Fence && f.Name == x.Name {
+			return f, true
+		}
+	}
+	return Fault{}, false
+}
+
+// forcedOverlap names the forced unlock that explains b's hold beginning
+// inside a's, or "". Either a's grant was forced before b got the name (the
+// holder learns at its next renewal: ForceUnlock's doc), or b's own grant
+// was, before b's Acquire returned: the release handed b the lock, an
+// operator forced it, and b then read the hand-off message and returned a
+// Lock that Redis no longer held while a took the free name (b's fence is
+// the smaller one, which a fenced resource refuses after a's write). A
+// force after b got it explains nothing: the two overlapped before it.
+func (c *checker) forcedOverlap(a, b Hold) string {
+	for _, x := range []Hold{a, b} {
+		if f, ok := c.forced(x); ok && f.From < b.Got {
 			return expected[f.Kind]
 		}
 	}
@@ -227,7 +232,7 @@ func (c *checker) overlaps(holds []Hold) {
 			}
 			why := c.excuse(a.Worker, a.Name, a.Got, ea, a.Got, b.Got)
 			if why == "" {
-				why = c.forcedBeforeGot(b)
+				why = c.forcedOverlap(a, b)
 			}
 			if why != "" {
 				if !counted {
@@ -290,11 +295,12 @@ func (c *checker) falseLoss(holds []Hold) {
 		// answered "not yours".
 		// Release runs after Done: a fault up to its return explains it.
 		relEnd := max(x.Released, x.Done)
-		if x.Release == "not_held" && (x.Final == "released" || x.Final == "") &&
+		_, forced := c.forced(x)
+		if x.Release == "not_held" && (x.Final == "released" || x.Final == "") && !forced &&
 			c.excuse(x.Worker, x.Name, x.Got, relEnd, x.Got, relEnd) == "" && !c.nodeRestarted(x.Asked, x.Got, relEnd) {
 			c.violate("Release said not held, yet the lease was believed valid until it answered: %s%s", c.who(x), c.near(x.Got))
 		}
-		if x.Cause == "taken_over" && x.Lost != 0 && !takenBetween(x, x.Got, x.Lost) &&
+		if x.Cause == "taken_over" && x.Lost != 0 && !takenBetween(x, x.Got, x.Lost) && !forced &&
 			c.excuse(x.Worker, x.Name, x.Got, x.Lost, x.Got, x.Lost) == "" {
 			c.violate("told the lock was taken over, yet nobody took it: %s%s", c.who(x), c.near(x.Got))
 		}
@@ -498,7 +504,13 @@ func (c *checker) freeStretch(a Attempt) (from, to int64, ok bool) {
 		if x.Release == "ok" && x.Released != 0 {
 			end = x.Released
 		}
-		busy = append(busy, span{x.Got, end})
+		if f, ok := c.forced(x); ok {
+			// Free from the forced unlock on, whatever its holder believed.
+			end = min(end, f.To)
+		}
+		if end > x.Got {
+			busy = append(busy, span{x.Got, end})
+		}
 	}
 	slices.SortFunc(busy, func(p, q span) int { return cmp.Compare(p.from, q.from) })
 	limit := int64(c.h.TTL + TakeoverMargin)
@@ -508,7 +520,13 @@ func (c *checker) freeStretch(a Attempt) (from, to int64, ok bool) {
 			return false
 		}
 		for _, f := range c.h.Faults {
-			if f.Kind != FaultKill && f.From <= gapTo && f.To >= at-int64(c.h.TTL) {
+			// A kill explains no free name (its holder's key lives a TTL,
+			// counted above), nor does a forced unlock (it frees the name),
+			// nor a fault of a server that does not hold it.
+			if f.Kind == FaultKill || f.Kind == FaultForceUnlock || len(f.Names) > 0 && !slices.Contains(f.Names, a.Name) {
+				continue
+			}
+			if f.From <= gapTo && f.To >= at-int64(c.h.TTL) {
 				return false
 			}
 		}

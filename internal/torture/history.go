@@ -154,6 +154,9 @@ type Fault struct {
 	From  int64    `json:"from"`
 	To    int64    `json:"to"`
 	Note  string   `json:"note,omitempty"`
+	// Fence is the fence of the grant a forced unlock (FaultForceUnlock)
+	// removed: the one hold it excuses.
+	Fence int64 `json:"fence,omitempty"`
 }
 
 // Access is one read or write of the protected resource, as the resource

@@ -357,13 +357,14 @@ func (r *run) forceUnlock(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("torture: force unlock %q: %w", name, err)
 	}
-	// The worker whose token it was: the overlaps it excuses are that
-	// holder's (Check's excuse). Owners are "w<id>" (spawn).
+	// The grant it removed, by its fence: the one hold whose overlaps it
+	// excuses (Check's forced). The worker, for the report; owners are
+	// "w<id>" (spawn).
 	w := -1
 	if id, err := strconv.Atoi(strings.TrimPrefix(info.Owner, "w")); err == nil {
 		w = id
 	}
-	r.fault(Fault{Kind: FaultForceUnlock, Worker: w, Name: name, Names: []string{name}, From: from, To: to,
+	r.fault(Fault{Kind: FaultForceUnlock, Worker: w, Name: name, Names: []string{name}, From: from, To: to, Fence: info.Fence,
 		Note: fmt.Sprintf("token of %s forced %v after a hand-off", info.Owner, time.Duration(to-from).Round(time.Microsecond))})
 	return nil
 }
