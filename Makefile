@@ -91,13 +91,13 @@ bench: deps
 	cd bench && $(GO) run .
 
 # The full torture profile (about 15 minutes on 2 cores): every scenario for
-# about a minute, without the race detector, and the README's safety table
-# regenerated from its output (between the torture markers).
+# about a minute, without the race detector, and the safety table of
+# docs/torture.md regenerated from its output (between the torture markers).
 torture: deps
 	mkdir -p $(CURDIR)/.torture-dump
 	TORTURE_FULL=1 TORTURE_TABLE=$(CURDIR)/.torture-table.md TORTURE_DUMP=$(CURDIR)/.torture-dump $(GO) test -count=1 -timeout 30m -run 'TestFullProfile' -v ./internal/torture
 	@awk -v table=.torture-table.md ' \
 		/<!-- torture:begin -->/ { print; print ""; while ((getline l < table) > 0) print l; print ""; skip = 1; next } \
 		/<!-- torture:end -->/ { skip = 0 } \
-		!skip { print }' README.md > README.md.new && mv README.md.new README.md && rm -f .torture-table.md
-	@echo "README.md: safety table regenerated"
+		!skip { print }' docs/torture.md > docs/torture.md.new && mv docs/torture.md.new docs/torture.md && rm -f .torture-table.md
+	@echo "docs/torture.md: safety table regenerated"
