@@ -22,8 +22,22 @@ func TestGuideCodeBlocksAreTested(t *testing.T) {
 	if err != nil || len(docs) == 0 {
 		t.Fatalf("no docs/*.md: %v", err)
 	}
+	checkGoBlocks(t, docs)
+}
+
+// The README's Go blocks are held to the guide's rule: each is the code of
+// an Example, a test or a program (example_test.go, examples/quickstart),
+// so the front door cannot show code that no longer compiles.
+func TestReadmeCodeBlocksAreTested(t *testing.T) {
+	checkGoBlocks(t, []string{"README.md"})
+}
+
+// checkGoBlocks fails for each ```go block of pages whose lines do not
+// appear, one after the other, in a .go file of the repository.
+func checkGoBlocks(t *testing.T, pages []string) {
+	t.Helper()
 	var sources [][]string
-	err = filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -43,8 +57,8 @@ func TestGuideCodeBlocksAreTested(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := 0
-	for _, doc := range docs {
-		b, err := os.ReadFile(doc)
+	for _, page := range pages {
+		b, err := os.ReadFile(page)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,11 +66,11 @@ func TestGuideCodeBlocksAreTested(t *testing.T) {
 			blocks++
 			want := codeLines(m[1])
 			if !slices.ContainsFunc(sources, func(src []string) bool { return containsRun(src, want) }) {
-				t.Errorf("%s: a Go block is in no .go file of the repository (keep it in an Example or test):\n%s", doc, m[1])
+				t.Errorf("%s: a Go block is in no .go file of the repository (keep it in an Example or test):\n%s", page, m[1])
 			}
 		}
 	}
-	t.Logf("%d Go blocks in %d guide pages, each found in the code", blocks, len(docs))
+	t.Logf("%d Go blocks in %d pages, each found in the code", blocks, len(pages))
 }
 
 // codeLines returns the non-empty lines of s, trimmed.
@@ -86,9 +100,11 @@ func containsRun(src, want []string) bool {
 // mdLink is a Markdown link's target.
 var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 
-// The README's contents link every guide page, and every relative link of
-// the README and the guide leads to a file that exists and, for a #anchor
-// into the README, to one of its headings.
+// The README's map links every guide page, and every relative link of the
+// README and the guide leads to a file that exists and, for a #anchor into
+// a Markdown page (the page itself, another guide page, the README, the
+// CLI's README), to one of that page's headings: a section that moved to
+// another page takes its links with it.
 func TestReadmeLinksTheGuide(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
@@ -98,12 +114,6 @@ func TestReadmeLinksTheGuide(t *testing.T) {
 	for _, d := range docs {
 		if !strings.Contains(string(readme), "]("+d+")") {
 			t.Errorf("README does not link %s", d)
-		}
-	}
-	anchors := map[string]bool{}
-	for _, l := range strings.Split(string(readme), "\n") {
-		if strings.HasPrefix(l, "#") {
-			anchors[slug(strings.TrimLeft(l, "# "))] = true
 		}
 	}
 	for _, page := range append([]string{"README.md"}, docs...) {
@@ -117,17 +127,54 @@ func TestReadmeLinksTheGuide(t *testing.T) {
 				continue
 			}
 			file, anchor, _ := strings.Cut(target, "#")
-			if file == "" {
-				if page == "README.md" && !anchors[anchor] {
-					t.Errorf("%s: link to #%s: no such heading", page, anchor)
+			path := page
+			if file != "" {
+				path = filepath.Join(filepath.Dir(page), file)
+				if _, err := os.Stat(path); err != nil {
+					t.Errorf("%s: link to %s: %v", page, target, err)
+					continue
 				}
+			}
+			if anchor == "" || !strings.HasSuffix(path, ".md") {
 				continue
 			}
-			if _, err := os.Stat(filepath.Join(filepath.Dir(page), file)); err != nil {
-				t.Errorf("%s: link to %s: %v", page, target, err)
+			anchors, err := headingAnchors(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !anchors[anchor] {
+				t.Errorf("%s: link to %s: no heading #%s in %s", page, target, anchor, path)
 			}
 		}
 	}
+}
+
+// htmlAnchor is an explicit anchor in a page: <a id="forced-unlock"></a>.
+var htmlAnchor = regexp.MustCompile(`<a (?:id|name)="([^"]+)"`)
+
+// headingAnchors returns the anchors of a Markdown page: its headings',
+// those inside fenced code blocks (a shell comment) left out, and its
+// explicit <a id> anchors.
+func headingAnchors(path string) (map[string]bool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	anchors := map[string]bool{}
+	fenced := false
+	for _, l := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(l, "```"):
+			fenced = !fenced
+		case !fenced && strings.HasPrefix(l, "#"):
+			anchors[slug(strings.TrimLeft(l, "# "))] = true
+		case !fenced:
+			for _, m := range htmlAnchor.FindAllStringSubmatch(l, -1) {
+				anchors[m[1]] = true
+			}
+		}
+	}
+	return anchors, nil
 }
 
 // slug is GitHub's anchor of a heading: lower case, spaces to hyphens,
