@@ -194,7 +194,7 @@ func (l *Locker) take(ctx context.Context, name string, s dlock.AcquireSettings,
 		return lk, nil
 	}
 	if !wait || s.Wait == 0 {
-		err := busy(name, l.busyTTL(e), nil)
+		err := l.busy(name, e, s, nil)
 		l.mu.Unlock()
 		return nil, err
 	}
@@ -295,17 +295,16 @@ func (l *Locker) giveUp(name string, w *waiter, cause error) {
 		return
 	}
 	w.stop()
-	var holderTTL time.Duration
-	if e := l.entryOf(name, w.sem); e != nil {
+	var e *entry
+	if e = l.entryOf(name, w.sem); e != nil {
 		if i := slices.Index(e.waiters, w); i >= 0 {
 			e.waiters = slices.Delete(e.waiters, i, i+1)
 		}
-		holderTTL = l.busyTTL(e)
 		if w.sem && len(e.waiters) == 0 && len(e.sem) == 0 {
 			delete(l.sems, name)
 		}
 	}
-	w.err = busy(name, holderTTL, cause)
+	w.err = l.busy(name, e, w.settings, cause)
 	close(w.done)
 }
 
@@ -451,8 +450,29 @@ func opError(op, name string, err error) error {
 }
 
 // busy is the error of a name held by another, as the Client gives it.
-func busy(name string, holderTTL time.Duration, cause error) error {
-	return opError("acquire", name, dlock.NewNotObtainedError(name, holderTTL, cause))
+func (l *Locker) busy(name string, e *entry, s dlock.AcquireSettings, cause error) error {
+	if e == nil {
+		return opError("acquire", name, dlock.NewNotObtainedError(name, 0, cause))
+	}
+	ne := dlock.NewNotObtainedError(name, l.busyTTL(e), cause)
+	// Who holds it, as the Client's busy error says (the waiters in line
+	// counting this one, as Redis' queue would).
+	ne.Waiters = int64(len(e.waiters))
+	owner := s.Owner
+	if owner == "" {
+		owner = "dlocktest"
+	}
+	switch {
+	case e.permits > 0:
+		ne.Kind, ne.Held, ne.Permits = dlock.KindSemaphore, len(e.sem), e.permits
+	case e.holder != nil:
+		ne.Kind, ne.Owner, ne.Self = dlock.KindExclusive, e.holder.owner, e.holder.owner == owner
+	case len(e.readers) > 0:
+		ne.Kind, ne.Readers = dlock.KindShared, len(e.readers)
+	case !e.kept.IsZero():
+		ne.Kind, ne.MinHold = dlock.KindExclusive, true
+	}
+	return opError("acquire", name, ne)
 }
 
 // owns reports whether x is one of l's locks (for dlock.CheckReentry).
