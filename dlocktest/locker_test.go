@@ -191,13 +191,13 @@ func TestWaitLimitOnTheClock(t *testing.T) {
 
 func TestBusyErrorMessage(t *testing.T) {
 	l, clock := manual(t)
-	mustTry(t, l, "m", dlock.WithTTL(10*time.Second), dlock.WithoutRenewal())
+	mustTry(t, l, "m", dlock.WithTTL(10*time.Second), dlock.WithoutRenewal(), dlock.WithAcquireOwner("billing-7"))
 	clock.Advance(3 * time.Second)
 	ctx, cancel := context.WithCancel(bg)
 	ch := waiting(t, l, ctx, "m")
 	cancel()
 	r := <-ch
-	want := `dlock: acquire "m": not obtained: held by another owner (lease left 7s, renewed while the holder works): context canceled`
+	want := `dlock: acquire "m": not obtained: held by "billing-7" (lease left 7s, renewed while the holder works): context canceled`
 	if r.err == nil || r.err.Error() != want {
 		t.Fatalf("error %q, want %q", r.err, want)
 	}
