@@ -33,7 +33,7 @@ const MaxPermits = 10000
 // Every grant of a permit takes the next fence of the name, so fences of a
 // name still grow with every acquisition; but up to n holders are legitimate
 // at once, so a resource cannot refuse a write for having a smaller fence
-// than another live permit's. See the README's "Semaphores".
+// than another live permit's. See "Semaphores" in docs/family.md.
 func Permits(n int) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.semaphore, c.permits = true, n })
 }

@@ -15,7 +15,7 @@
 //
 // # Limits
 //
-// A leader is a lease holder, with the limits of one (see dlock's README):
+// A leader is a lease holder, with the limits of one (see dlock's docs/contract.md):
 // a leader process stopped longer than its lease (a GC pause, SIGSTOP, a VM
 // migration) runs again believing it leads until its context notices, which
 // it does at once, but after another candidate may have been elected. A

@@ -12,7 +12,7 @@ import (
 )
 
 // TestFullProfile is `make torture`: every scenario for 50 s, failovers of
-// Sentinel and Cluster included, and the table for the README written to
+// Sentinel and Cluster included, and the table for docs/torture.md written to
 // $TORTURE_TABLE. It runs only when TORTURE_FULL=1: it takes about 12
 // minutes.
 func TestFullProfile(t *testing.T) {

@@ -252,7 +252,7 @@ func (r *run) restart(ctx context.Context, kind string) error {
 
 // evict fills the lock's Redis under maxmemory with volatile-lru for about
 // two TTLs: keys with an expiry, lock keys among them, are evicted. The
-// contract does not hold then; the README says why.
+// contract does not hold then; docs/requirements.md says why.
 func (r *run) evict(ctx context.Context) error {
 	if r.lockSrv == nil {
 		return fmt.Errorf("torture: %s needs a Redis the run started", FaultEvict)
