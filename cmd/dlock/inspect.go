@@ -14,7 +14,7 @@ func newInspectCmd(a *app) *cobra.Command {
 		Long: `Show who holds the lock NAME: owner, token prefix (never the whole token),
 fencing token, how long it has been held, the lease left, and how many
 clients wait for it. Exits 5 when nobody holds it.`,
-		Args: exactArgs(1, "one lock NAME"),
+		Args: oneName,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err

@@ -56,7 +56,7 @@ func newLockCmd(a *app) *cobra.Command {
 		Short:   "Take a lock and hold it until SIGINT or SIGTERM",
 		Long:    lockLong,
 		Example: lockExample,
-		Args:    exactArgs(1, "one lock NAME"),
+		Args:    oneName,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err

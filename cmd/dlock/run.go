@@ -141,8 +141,11 @@ func newRunCmd(a *app) *cobra.Command {
   dlock run -s catalog -- ./export.sh        # many exports at once, none during an import
   dlock run --permits 3 encoder -- ./encode.sh  # at most 3 at once, across machines`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			_, _, err := splitRunArgs(cmd.ArgsLenAtDash(), args, o.names)
-			return err
+			names, _, err := splitRunArgs(cmd.ArgsLenAtDash(), args, o.names)
+			if err != nil {
+				return err
+			}
+			return checkNames(names)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			names, argv, _ := splitRunArgs(cmd.ArgsLenAtDash(), args, o.names)
@@ -196,8 +199,18 @@ func splitRunArgs(dash int, args, flagged []string) ([]string, []string, error) 
 		}
 		names, argv = flagged, args
 	} else {
-		if len(args) == 0 || dash == 0 {
+		if len(args) == 0 {
 			return nil, nil, usagef("run needs a lock NAME and a COMMAND: dlock run [flags] NAME [--] COMMAND [ARGS...]")
+		}
+		if dash == 0 {
+			// dlock run -- NAME COMMAND: both are there, "--" is early (the
+			// habit of sudo -- COMMAND). Say where it goes, in their words.
+			cmd := "COMMAND"
+			if len(args) > 1 {
+				cmd = strings.Join(args[1:], " ")
+			}
+			return nil, nil, usagef("run: NAME goes before \"--\", which ends dlock's flags and starts COMMAND: dlock run [flags] NAME -- COMMAND [ARGS...], "+
+				"here: dlock run %s -- %s", shellQuote(args[0]), cmd)
 		}
 		names, argv = args[:1], args[1:]
 		if len(argv) > 0 && argv[0] == "--" {
@@ -229,6 +242,9 @@ const minTTL = time.Second
 
 // checkTTL refuses a lease the CLI cannot keep, saying why.
 func checkTTL(ttl time.Duration) error {
+	if ttl <= 0 {
+		return usagef("--ttl %v must be positive: it is the lease, at least %v", ttl, minTTL)
+	}
 	if ttl < minTTL {
 		return usagef("--ttl %v is too short: at least %v, as the lock is renewed every ttl/3 and a renewal "+
 			"over a real network needs the rest of the lease to get through or be retried", ttl, minTTL)

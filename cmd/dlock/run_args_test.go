@@ -76,7 +76,8 @@ func TestRunArgsUsage(t *testing.T) {
 		{[]string{"run", "a", "--", "-n", "true"}, "go before NAME", ""},
 		{[]string{"run", "a", "--"}, "needs a COMMAND", ""},
 		{[]string{"run", "-N", "a", "b", "--", "true"}, "-N NAME -- COMMAND", ""},
-		{[]string{"run", "--", "a", "true"}, "needs a lock NAME", ""},
+		{[]string{"run", "--"}, "needs a lock NAME", ""},
+		{[]string{"run", "-N", "a", "-N", "a", "--", "true"}, `-N/--name "a" is given twice`, "AcquireAll"},
 	} {
 		r := dlockRun(t, srv, tt.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tt.want) || (tt.not != "" && strings.Contains(r.stderr, tt.not)) {
@@ -104,5 +105,25 @@ func TestRunRefusesTTLItCannotKeep(t *testing.T) {
 	}
 	if r := dlockRun(t, srv, "run", "--ttl", "1", "short", "sleep", "0.3"); r.code != 0 {
 		t.Errorf("--ttl 1: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// "--" before NAME is a common slip (as in `sudo -- cmd`): both NAME and
+// COMMAND were given, so the message says where "--" goes, with the user's
+// own NAME and COMMAND, instead of asking for what is there.
+func TestRunDashBeforeNameSaysWhereItGoes(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--", "job", "echo", "hi"}, "dlock run job -- echo hi"},
+		{[]string{"run", "--ttl", "5s", "--", "job", "echo"}, "dlock run job -- echo"},
+		{[]string{"run", "--", "job"}, "dlock run job -- COMMAND"},
+	} {
+		r := dlockRun(t, nil, tt.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, `NAME goes before "--"`) || !strings.Contains(r.stderr, tt.want) ||
+			strings.Contains(r.stderr, "needs a lock NAME") {
+			t.Errorf("dlock %q: exit %d, stderr %q; want %d saying NAME goes before \"--\" (%s)", tt.args, r.code, r.stderr, exitUsage, tt.want)
+		}
 	}
 }

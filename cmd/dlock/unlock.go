@@ -39,10 +39,10 @@ without --force. With --force it shows the lock and asks for confirmation on
 the terminal (--yes skips the question; without a terminal --yes is
 required). It deletes the lock only if its token is still the one shown, so a
 lock that changed hands meanwhile is left alone (exit 5).`,
-		Args: exactArgs(1, "one lock NAME"),
+		Args: oneName,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !force {
-				return usagef(whyForce, args[0], shellQuote(args[0]), shellQuote(args[0]))
+				return a.refuseUnlock(cmd.Context(), args[0])
 			}
 			if !yes && !isTerminal(a.stdin) {
 				return usagef("stdin is not a terminal, so there is nobody to confirm: add --yes")
@@ -53,6 +53,23 @@ lock that changed hands meanwhile is left alone (exit 5).`,
 	cmd.Flags().BoolVar(&force, "force", false, "really break the lock (see above)")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	return cmd
+}
+
+// refuseUnlock is unlock without --force: the reasons to think twice for a
+// lock that has a holder, and only "not held" for one that has none, which
+// there is nothing to break. When Redis cannot tell, the reasons: the
+// missing --force is the mistake to fix first.
+func (a *app) refuseUnlock(ctx context.Context, name string) error {
+	lecture := usagef(whyForce, name, shellQuote(name), shellQuote(name))
+	c, _, closeAll, err := a.locker()
+	if err != nil {
+		return lecture
+	}
+	defer closeAll()
+	if _, err := c.Inspect(ctx, name); errors.Is(err, dlock.ErrNotHeld) {
+		return &exitError{code: exitNotFound, err: fmt.Errorf("lock %q is not held: nothing to unlock (dlock list shows the locks held)", name)}
+	}
+	return lecture
 }
 
 func (a *app) unlock(ctx context.Context, name string, yes bool) error {

@@ -83,3 +83,15 @@ func TestServeReadOnlyNamesTokenVariable(t *testing.T) {
 		t.Errorf("unlock on a read-only serve: %d %s; want 403 naming %s", code, body, adminTokenEnv)
 	}
 }
+
+// unlock without --force of a lock nobody holds says so and exits as "not
+// held" does: the lecture about breaking a holder's lock is for a lock
+// that has one.
+func TestUnlockFreeLockWithoutForceSaysNotHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	r := dlockRun(t, srv, "unlock", "free")
+	if r.code != exitNotFound || !strings.Contains(r.stderr, `"free" is not held`) || strings.Contains(r.stderr, "--force") ||
+		strings.Count(r.stderr, "\n") > 2 {
+		t.Errorf("unlock of a free lock: exit %d, stderr %q; want %d in a line or two, without the --force lecture", r.code, r.stderr, exitNotFound)
+	}
+}

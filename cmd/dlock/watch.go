@@ -52,7 +52,7 @@ func newWatchCmd(a *app) *cobra.Command {
 		Long:  watchLong,
 		Example: `  dlock watch nightly-report
   dlock watch -o json --interval 200ms deploy | jq -c '.lock.queue'`,
-		Args: exactArgs(1, "one lock NAME"),
+		Args: oneName,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
