@@ -48,6 +48,9 @@ type connFlags struct {
 	// typed at --ask-pass to its workers through their environment.
 	password string
 	warned   bool // warnURLPassword has spoken
+	// source says where the server's address came from, for a message
+	// about a server that does not answer: "--addr", "from $DLOCK_URL"...
+	source string
 }
 
 // warnURLPassword warns, once per process, that a password in -u/--url shows
@@ -130,8 +133,21 @@ func (f *connFlags) options(getenv func(string) string, prompt func() (string, e
 		WriteTimeout:          f.timeout,
 	}
 	u := f.url
-	if u == "" && len(addrs) == 0 {
-		u = firstEnv(getenv, "DLOCK_URL", "REDIS_URL")
+	switch {
+	case f.url != "":
+		f.source = "-u/--url"
+	case hostPort:
+		f.source = "-h/-p"
+	case len(addrs) > 0:
+		f.source = "--addr"
+	default:
+		f.source = "the default"
+		for _, env := range []string{"DLOCK_URL", "REDIS_URL"} {
+			if u = getenv(env); u != "" {
+				f.source = "from $" + env
+				break
+			}
+		}
 	}
 	switch {
 	case u != "":
@@ -361,24 +377,93 @@ func (a *app) redis() (redis.UniversalClient, error) {
 		return nil, err
 	}
 	a.conn.warnURLPassword(a.stderr)
+	return a.newClient(o), nil
+}
+
+// newClient is the go-redis client of o, with the hint for a plaintext
+// client at a TLS port where one applies.
+func (a *app) newClient(o *redis.UniversalOptions) redis.UniversalClient {
 	rdb := redis.NewUniversalClient(o)
 	if o.TLSConfig == nil && o.Dialer == nil && len(o.Addrs) == 1 && o.MasterName == "" && !o.IsClusterMode {
 		rdb.AddHook(newTLSHintHook(o.Addrs[0], a.conn.timeout))
 	}
-	return rdb, nil
+	return rdb
+}
+
+// reachHint is what a user who named no server, or the wrong one, needs.
+const reachHint = "is it running? Name the server with -h/-p, -u/--url, --addr or $DLOCK_URL"
+
+// probe sends one PING, not retried, and reports a server that cannot be
+// reached or does not answer within --timeout, with the address tried, where
+// it came from, and how to name another. go-redis retries a failed dial
+// five times per attempt and an attempt four times: a wrong port took 1.7 to
+// 3.4 s to be told, a run or lock its whole --wait (told as "busy"), and
+// watch stayed silent. A server that answers, even with an error (NOAUTH,
+// LOADING), is left to the command, which says what it means for it.
+func (a *app) probe(o *redis.UniversalOptions) error {
+	po := *o
+	po.MaxRetries, po.DialerRetries, po.PoolSize, po.MinIdleConns = -1, 1, 1, 0
+	rdb := a.newClient(&po)
+	defer rdb.Close()
+	// A dial and a read, each bounded by --timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*a.conn.timeout)
+	defer cancel()
+	err := rdb.Ping(ctx).Err()
+	if err == nil {
+		return nil
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		return nil
+	}
+	where := fmt.Sprintf("Redis at %s (%s)", strings.Join(o.Addrs, ","), a.conn.source)
+	var oe *net.OpError
+	var ne net.Error
+	var de *net.DNSError
+	var me *tlsMismatchError
+	switch {
+	case errors.As(err, &me):
+		return err // it names the address and the fix
+	case errors.As(err, &de), errors.As(err, &oe) && oe.Op == "dial" && !oe.Timeout():
+		return fmt.Errorf("cannot reach %s: %s; %s", where, netReason(err), reachHint)
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("no answer from %s within %v (--timeout): %s; %s", where, a.conn.timeout, netReason(err), reachHint)
+	}
+	return fmt.Errorf("%s: %w", where, err)
+}
+
+// netReason is the end of a network error, "connection refused", without
+// the "dial tcp 127.0.0.1:1: connect:" that repeats the address.
+func netReason(err error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		return msg[i+2:]
+	}
+	return msg
 }
 
 // locker returns a dlock client on the flags' Redis, and a function that
 // closes it and its connections (bounded: Close releases what is held).
 func (a *app) locker(opts ...dlock.Option) (*dlock.Client, redis.UniversalClient, func(), error) {
-	rdb, err := a.redis()
+	if err := checkPrefix(a.conn.prefix); err != nil {
+		return nil, nil, nil, err
+	}
+	o, err := a.conn.options(a.getenv, a.promptPassword)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	a.conn.warnURLPassword(a.stderr)
+	if !a.noProbe {
+		if err := a.probe(o); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	rdb := a.newClient(o)
 	c, err := dlock.New(rdb, append([]dlock.Option{dlock.WithPrefix(a.conn.prefix)}, opts...)...)
 	if err != nil {
 		_ = rdb.Close()
-		return nil, nil, nil, usagef("%v", err) // the prefix is the only option from the user
+		// The prefix is the only option from the user, checked above.
+		return nil, nil, nil, usagef("--prefix %q: %s", a.conn.prefix, strings.TrimPrefix(err.Error(), "dlock: new: "))
 	}
 	closeAll := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), a.conn.timeout)

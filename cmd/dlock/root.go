@@ -37,6 +37,9 @@ type app struct {
 	deps
 	conn     connFlags
 	conflict int // exit code for a busy lock: run's -E, else exitConflict
+	// noProbe: locker does not check that Redis answers first (serve,
+	// which starts without it and says so on /readyz).
+	noProbe bool
 }
 
 // execute runs the command line args and returns the exit code.

@@ -90,6 +90,7 @@ func (a *app) serve(ctx context.Context, listen, title string) error {
 	defer stop()
 
 	col := dlockprom.NewCollector()
+	a.noProbe = true // serve may start before Redis: /readyz tells
 	c, _, closeAll, err := a.locker(dlock.WithObserver(col))
 	if err != nil {
 		return err

@@ -282,7 +282,10 @@ func (a *app) tortureTarget(ctx context.Context, cmd *cobra.Command, prefix stri
 	}
 	t := &torture.Target{Addr: o.Addrs[0], Username: o.Username, Password: o.Password, DB: o.DB}
 	rdb := redis.NewClient(&redis.Options{Addr: t.Addr, Username: t.Username, Password: t.Password, DB: t.DB,
-		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, ContextTimeoutEnabled: true})
+		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, ContextTimeoutEnabled: true,
+		// One dial, not go-redis' twenty retried ones: a wrong port is told
+		// within --timeout (see app.probe).
+		MaxRetries: -1, DialerRetries: 1})
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		given := connGiven(cmd.Flags()) || firstEnv(a.getenv, "DLOCK_URL", "REDIS_URL") != ""
