@@ -96,7 +96,7 @@ func (f *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.key, "key", "", "PEM file of the client private key (with --cert)")
 	fs.BoolVar(&f.insecure, "insecure", false, "do not verify the server's TLS certificate")
 	fs.StringVar(&f.prefix, "prefix", dlock.DefaultPrefix, "key prefix of the locks: the one the programs taking them use")
-	durationFlag(fs, &f.timeout, "timeout", "", 5*time.Second, "timeout of each Redis call: dial, read, write")
+	durationFlag(fs, &f.timeout, "timeout", "", 5*time.Second, "timeout of each Redis call: dial, read, write; run and lock keep it at most a third of --ttl (without --timeout: min(5s, ttl/3))")
 }
 
 // options resolves the flags and the environment into client options,

@@ -47,3 +47,38 @@ func TestUnreachableRedisAnswersWithinTimeout(t *testing.T) {
 	r = dlockRun(t, nil, "--timeout", "1s", "-p", strconv.Itoa(port), "list")
 	check("list -p", r, time.Since(start), "(-h/-p)")
 }
+
+// Without --timeout, run and lock wait for Redis at most a third of --ttl
+// (up to the 5s default), the bound their help gives for a renewal to be
+// retried in time; a --timeout above it is taken, with a warning.
+func TestTimeoutDefaultFollowsTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	if r := dlockRun(t, srv, "run", "--ttl", "3s", "--timeout", "2s", "j", "true"); r.code != 0 ||
+		!strings.Contains(r.stderr, "warning: --timeout 2s is above a third of --ttl 3s (1s)") {
+		t.Errorf("run --ttl 3s --timeout 2s: exit %d, stderr %q; want 0 and a warning naming both bounds", r.code, r.stderr)
+	}
+	for _, args := range [][]string{{"run", "--ttl", "3s", "--timeout", "1s", "j", "true"}, {"run", "--ttl", "3s", "j", "true"}, {"lock", "--help"}} {
+		if r := dlockRun(t, srv, args...); r.code != 0 || strings.Contains(r.stderr, "warning") {
+			t.Errorf("dlock %q: exit %d, stderr %q; want 0 and no warning", args, r.code, r.stderr)
+		}
+	}
+
+	srv.Pause() // accepts connections (the kernel does), answers nothing
+	t.Cleanup(srv.Resume)
+	for _, tt := range []struct {
+		args   []string
+		within string
+	}{
+		{[]string{"lock", "--ttl", "1.5s", "-n", "j"}, "500ms"},
+		{[]string{"run", "--ttl", "1.5s", "-n", "j", "true"}, "500ms"},
+		{[]string{"run", "--ttl", "60s", "-n", "j", "true"}, "5s"},
+		{[]string{"--timeout", "300ms", "lock", "-n", "j"}, "300ms"},
+	} {
+		start := time.Now()
+		r := dlockRun(t, srv, tt.args...)
+		if r.code != exitRedis || !strings.Contains(r.stderr, "no answer from Redis at "+srv.Addr+" (--addr) within "+tt.within) {
+			t.Errorf("dlock %q on a paused Redis: exit %d after %v, stderr %q; want %d, no answer within %s",
+				tt.args, r.code, time.Since(start), r.stderr, exitRedis, tt.within)
+		}
+	}
+}

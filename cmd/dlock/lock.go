@@ -64,6 +64,7 @@ func newLockCmd(a *app) *cobra.Command {
 			if err := checkLockFlags(cmd, &o); err != nil {
 				return err
 			}
+			a.fitTimeout(cmd, o.ttl)
 			return a.holdLock(cmd.Context(), args[0], o, output)
 		},
 	}

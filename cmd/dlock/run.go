@@ -108,8 +108,19 @@ ignored: a suspended dlock would stop renewing the lock while COMMAND runs on.
 --ttl is at least 1s: the lock is renewed every third of it, and a renewal
 over a real network needs the other two thirds to get through, or to be
 retried after a lost packet. A renewal waits at most --timeout for its
-answer: keep --timeout under a third of --ttl, so that a dead connection
-is given up in time to retry on a new one.
+answer, which must be at most a third of --ttl, so that a dead connection
+is given up in time to retry on a new one: without --timeout, run and lock
+take min(5s, ttl/3); a --timeout above a third of --ttl is used, with a
+warning.
+
+The default --owner, shown by list and inspect, is HOST/PID dlock run
+COMMAND: dlock's host and pid, and COMMAND's name (dlock lock's is
+HOST/PID dlock lock).
+
+Redis is asked once, at the start, whether it answers: a server that is
+down or a wrong port is told within --timeout, with the address tried,
+rather than waited for (exit 3). An outage after that is ridden out by
+the wait for a busy lock, up to --wait.
 
 Durations (--ttl, -w, --kill-grace, --min-hold, --timeout) are written
 30s, 1m30s or 500ms, or as a number of seconds, as flock -w and etcdctl
@@ -152,6 +163,7 @@ func newRunCmd(a *app) *cobra.Command {
 			if err := checkLockFlags(cmd, &o); err != nil {
 				return err
 			}
+			a.fitTimeout(cmd, o.ttl)
 			return a.run(cmd.Context(), o, names, argv)
 		},
 	}
@@ -250,6 +262,24 @@ func checkTTL(ttl time.Duration) error {
 			"over a real network needs the rest of the lease to get through or be retried", ttl, minTTL)
 	}
 	return nil
+}
+
+// fitTimeout keeps --timeout within a third of the lease, the bound the
+// help gives: a renewal sent at a third of the TTL that waits longer than
+// the next third for its answer leaves no time to retry on a new
+// connection before the lease ends. Not given, --timeout is min(5s, ttl/3);
+// given above it, it is kept, with a warning: the user may know their
+// network.
+func (a *app) fitTimeout(cmd *cobra.Command, ttl time.Duration) {
+	third := ttl / 3
+	if !cmd.Flags().Changed("timeout") {
+		a.conn.timeout = min(a.conn.timeout, third)
+		return
+	}
+	if a.conn.timeout > third {
+		fmt.Fprintf(a.stderr, "dlock: warning: --timeout %v is above a third of --ttl %v (%v): a renewal stuck on a dead connection "+
+			"may use up the lease before it is retried; use --timeout %v or less, or a longer --ttl\n", a.conn.timeout, ttl, third, third)
+	}
 }
 
 func (a *app) run(ctx context.Context, o runOptions, names []string, argv []string) error {
