@@ -75,7 +75,7 @@ func newLockCmd(a *app) *cobra.Command {
 	fs.BoolVarP(&o.shared, "shared", "s", false, "take a read (shared) lock, like flock -s")
 	fs.BoolVar(&o.skip, "skip-waiting-writers", false, "with --shared: join readers even while a writer waits (writers may starve)")
 	fs.IntVar(&o.permits, "permits", 0, "take one of N permits of NAME (a semaphore)")
-	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default host/pid dlock lock)")
+	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default HOST/PID dlock lock, PID dlock's)")
 	fs.StringVarP(&output, "output", "o", "text", "output format of the line printed once the lock is held: text or json")
 	return cmd
 }

@@ -179,7 +179,7 @@ func newRunCmd(a *app) *cobra.Command {
 	durationFlag(fs, &o.minHold, "min-hold", "", 0, "keep the lock at least this long after taking it, even when COMMAND ends sooner (once per cron tick)")
 	fs.BoolVarP(&o.shared, "shared", "s", false, "take a read (shared) lock, like flock -s")
 	fs.BoolVar(&o.skip, "skip-waiting-writers", false, "with --shared: join readers even while a writer waits (writers may starve)")
-	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default host/pid command)")
+	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default HOST/PID dlock run COMMAND, PID dlock's)")
 	// A repeated flag, not NAME,NAME: names may contain commas, and a flag
 	// cannot eat COMMAND's arguments.
 	fs.StringArrayVarP(&o.names, "name", "N", nil, "a lock to take; repeat for several, taken all or nothing (no NAME before COMMAND then)")
@@ -304,7 +304,10 @@ func (a *app) run(ctx context.Context, o runOptions, names []string, argv []stri
 	owner := o.owner
 	if owner == "" {
 		host, _ := os.Hostname()
-		owner = fmt.Sprintf("%s/%d %s", host, os.Getpid(), filepath.Base(argv[0]))
+		// dlock's host and pid, and what that process does, as dlock
+		// lock's owner reads "dlock lock": the child's pid is not known
+		// before the lock is taken.
+		owner = fmt.Sprintf("%s/%d dlock run %s", host, os.Getpid(), filepath.Base(argv[0]))
 	}
 	c, _, closeAll, err := a.locker(dlock.WithOwner(owner))
 	if err != nil {

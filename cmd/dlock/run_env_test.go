@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -111,5 +113,25 @@ func TestRunChildEnvHasNoSecrets(t *testing.T) {
 	r = dlockRunEnv(t, env, "--addr", srv.Addr, "run", "--pass-env", "HOME", "env-secrets", "--", "true")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "HOME") || !strings.Contains(r.stderr, "DLOCK_PASSWORD") {
 		t.Errorf("--pass-env HOME: exit %d, want %d naming HOME and what can be passed; stderr: %s", r.code, exitUsage, r.stderr)
+	}
+}
+
+// The default owner is dlock's host and pid and what it runs, "dlock run
+// CMD", as dlock lock's is "dlock lock": the pid and the command of one
+// process, not dlock's pid beside the child's name.
+func TestRunDefaultOwnerIsDlockAndCommand(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	b := hold(t, srv, rdb, "owned")
+	host, _ := os.Hostname()
+	want := host + "/" + strconv.Itoa(b.cmd.Process.Pid) + " dlock run sleep"
+	if r := dlockRun(t, srv, "inspect", "owned"); !strings.Contains(r.stdout, "owner:    "+want+"\n") {
+		t.Errorf("inspect of a dlock run: want owner %q in\n%s", want, r.stdout)
+	}
+	l := startDlock(t, srv, "lock", "held")
+	waitFor(t, "lock held taken", func() bool { return rdb.Exists(context.Background(), lockKey("held")).Val() == 1 })
+	want = host + "/" + strconv.Itoa(l.cmd.Process.Pid) + " dlock lock"
+	if r := dlockRun(t, srv, "inspect", "held"); !strings.Contains(r.stdout, "owner:    "+want+"\n") {
+		t.Errorf("inspect of a dlock lock: want owner %q in\n%s", want, r.stdout)
 	}
 }
