@@ -42,10 +42,17 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ac acquireConfig) 
 }
 
 // Acquire takes the lock name, waiting while another holder has it: until
-// the lock is handed over, the wait limit (WithWait, default DefaultWait)
-// passes, or ctx ends. Giving up returns an error matching ErrNotObtained;
-// when ctx ended the wait it also matches ctx's error, so callers can tell
-// "busy" from "cancelled".
+// the lock is handed over, the wait limit (WithWait, default DefaultWait:
+// 10 s) passes, or ctx ends. Giving up returns an error matching
+// ErrNotObtained, whose *NotObtainedError names the holder; when ctx ended
+// the wait it also matches ctx's error, so callers can tell "busy" from
+// "cancelled".
+//
+// By default the Client renews the lock until Release (every third of its
+// TTL, in one batch per Redis node for all its locks): unlike redsync's or
+// redislock's locks there is nothing to extend by hand. If renewals fail,
+// the Lock's Context ends, with ErrLockLost, before the lease can run out
+// in Redis. WithoutRenewal makes a lease that just runs out.
 //
 // Waiting does not poll. Waiters line up in a queue in Redis, one entry per
 // waiting goroutine in the order they arrived, across processes, and the

@@ -46,8 +46,15 @@ type Lock interface {
 // Locker in memory, for unit tests.
 type Locker interface {
 	// Acquire takes the lock name, waiting while another holder has it: up
-	// to the wait limit (WithWait) or until ctx ends. A busy lock gives an
-	// error matching ErrNotObtained. On error the returned Lock is nil.
+	// to the wait limit (WithWait; DefaultWait, 10 s, when not given) or
+	// until ctx ends. A busy lock gives an error matching ErrNotObtained. On
+	// error the returned Lock is nil.
+	//
+	// The lock is renewed in the background by default (WithoutRenewal
+	// turns it off), so there is no refresh to call: hold it as long as the
+	// work takes, and watch Lock.Context, which ends before the lease can
+	// run out if renewals fail. The TTL (WithTTL; DefaultTTL, 10 s) is only
+	// how long a crashed holder blocks others.
 	Acquire(ctx context.Context, name string, opts ...AcquireOption) (Lock, error)
 	// TryAcquire makes one attempt, without waiting.
 	TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (Lock, error)
