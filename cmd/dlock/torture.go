@@ -129,12 +129,26 @@ func (a *app) torture(ctx context.Context, cmd *cobra.Command, o tortureOptions)
 	}
 	env := torture.Env{Worker: []string{self}, Prefix: prefix, Seed: seed, Progress: a.stderr, ResAddr: o.resource}
 
-	scenarios := torture.ClientScenarios(0)
-	if o.local {
-		scenarios = torture.OneServerScenarios(0) // failovers need a topology: make torture
-	}
-	if scenarios, err = pickScenarios(scenarios, o.scenarios); err != nil {
+	// failovers need a topology: make torture
+	scenarios, err := pickScenarios(torture.ClientScenarios(0), torture.OneServerScenarios(0), o.scenarios, o.local)
+	if err != nil {
 		return err
+	}
+	per := (o.duration / time.Duration(len(scenarios))).Round(100 * time.Millisecond)
+	stretched := per < minScenario
+	per = max(per, minScenario)
+	var total time.Duration
+	for i := range scenarios {
+		// The profile's durations, made with 0, are each scenario's least.
+		stretched = stretched || scenarios[i].Duration > per
+		scenarios[i].Duration, scenarios[i].Workers = max(per, scenarios[i].Duration), o.workers
+		total += scenarios[i].Duration
+	}
+	// Said before Redis is looked at: the plan is the command line's, and
+	// a run that stops at the connection has still told it.
+	if stretched {
+		fmt.Fprintf(a.stderr, "torture: --duration %v is shorter than the scenarios need (each at least %v, some longer): %s; %v in all\n",
+			o.duration, minScenario, scenarioPlan(scenarios, per), total)
 	}
 	lockDesc := "a throwaway redis-server, restarted and starved by the server-side scenarios"
 	if !o.local {
@@ -144,16 +158,6 @@ func (a *app) torture(ctx context.Context, cmd *cobra.Command, o tortureOptions)
 		}
 		env.Redis = t
 		lockDesc = fmt.Sprintf("%s db %d, keys under %q (deleted at the end)", t.Addr, t.DB, prefix)
-	}
-	per := (o.duration / time.Duration(len(scenarios))).Round(100 * time.Millisecond)
-	if per < minScenario {
-		per = minScenario
-		fmt.Fprintf(a.stderr, "torture: --duration %v is short for %d scenarios: each runs %v, %v in all\n",
-			o.duration, len(scenarios), per, per*time.Duration(len(scenarios)))
-	}
-	for i := range scenarios {
-		// The profile's durations, made with 0, are each scenario's least.
-		scenarios[i].Duration, scenarios[i].Workers = max(per, scenarios[i].Duration), o.workers
 	}
 
 	resDesc := "a throwaway redis-server"
@@ -181,7 +185,7 @@ func (a *app) torture(ctx context.Context, cmd *cobra.Command, o tortureOptions)
 
 	fmt.Fprintf(a.stderr, "torture: locks: %s\n", lockDesc)
 	fmt.Fprintf(a.stderr, "torture: protected resource: %s\n", resDesc)
-	fmt.Fprintf(a.stderr, "torture: %d scenario(s), %v each, %d workers, seed %d\n", len(scenarios), per, o.workers, seed)
+	fmt.Fprintf(a.stderr, "torture: %d scenario(s), %v in all, %d workers, seed %d\n", len(scenarios), total, o.workers, seed)
 	if !o.local {
 		fmt.Fprintln(a.stderr, "torture: a failover you trigger meanwhile is measured too; the run cannot know of it, so an overlap it causes counts as a violation")
 	}
@@ -240,18 +244,32 @@ func (a *app) torture(ctx context.Context, cmd *cobra.Command, o tortureOptions)
 	return nil
 }
 
-// pickScenarios keeps the scenarios named, in the profile's order.
-func pickScenarios(all []torture.Scenario, names []string) ([]torture.Scenario, error) {
+// pickScenarios keeps the scenarios named, in the profile's order: of
+// client's, or of local's with --local (local adds those that restart or
+// fill a server of the run's own).
+func pickScenarios(client, local []torture.Scenario, names []string, isLocal bool) ([]torture.Scenario, error) {
+	all := client
+	if isLocal {
+		all = local
+	}
 	if len(names) == 0 {
 		return all, nil
 	}
-	var known []string
-	for _, s := range all {
+	var known, localOnly []string
+	for _, s := range client {
 		known = append(known, s.Name)
 	}
+	for _, s := range local {
+		if !slices.Contains(known, s.Name) {
+			localOnly = append(localOnly, s.Name)
+		}
+	}
 	for _, n := range names {
-		if !slices.Contains(known, n) {
-			return nil, usagef("--scenario %q: want one of %s", n, strings.Join(known, ", "))
+		switch {
+		case slices.Contains(localOnly, n) && !isLocal:
+			return nil, usagef("--scenario %q needs --local: it runs only on a throwaway redis-server of the run's own, which it may restart, fill or force", n)
+		case !slices.Contains(known, n) && !slices.Contains(localOnly, n):
+			return nil, usagef("--scenario %q: want one of %s; with --local: %s", n, strings.Join(known, ", "), strings.Join(localOnly, ", "))
 		}
 	}
 	var out []torture.Scenario
@@ -261,6 +279,27 @@ func pickScenarios(all []torture.Scenario, names []string) ([]torture.Scenario, 
 		}
 	}
 	return out, nil
+}
+
+// scenarioPlan says how long the scenarios run: those that run per, then
+// each that runs longer.
+func scenarioPlan(scs []torture.Scenario, per time.Duration) string {
+	var at, longer []string
+	for _, s := range scs {
+		if s.Duration == per {
+			at = append(at, s.Name)
+		} else {
+			longer = append(longer, fmt.Sprintf("%s %v", s.Name, s.Duration))
+		}
+	}
+	switch len(at) {
+	case 0:
+	case 1:
+		longer = append([]string{fmt.Sprintf("%s %v", at[0], per)}, longer...)
+	default:
+		longer = append([]string{fmt.Sprintf("%d at %v", len(at), per)}, longer...)
+	}
+	return strings.Join(longer, ", ")
 }
 
 // tortureTarget resolves the connection flags to the one Redis server the

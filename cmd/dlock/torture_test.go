@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -227,5 +228,33 @@ func TestTortureNoRedisAtDefault(t *testing.T) {
 	if code != exitRedis || !strings.Contains(errb.String(), "no Redis answers at "+defaultAddr) ||
 		!strings.Contains(errb.String(), "--local") {
 		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// The plan printed before a run is the time it will take: scenarios have
+// a least duration (mixed 12s), so a --duration too short for them is
+// stretched, and the total said is the sum of what each will run.
+func TestTorturePlanSaysTheRealTotal(t *testing.T) {
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing listens there: the run stops after its plan.
+	r := dlockRun(t, nil, "--addr", "127.0.0.1:"+strconv.Itoa(port), "torture", "--duration", "2s", "--scenario", "kill,mixed")
+	if !strings.Contains(r.stderr, "15s in all") || strings.Contains(r.stderr, "6s in all") {
+		t.Errorf("torture --duration 2s of kill (3s least) and mixed (12s least): stderr %q; want \"15s in all\"", r.stderr)
+	}
+}
+
+// An unknown scenario is answered with every scenario there is, those of
+// --local too, saying which need it.
+func TestTortureUnknownScenarioListsLocalOnes(t *testing.T) {
+	r := dlockRun(t, nil, "torture", "--scenario", "bogus")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "kill") || !strings.Contains(r.stderr, "with --local: restart-aof, restart-empty, evict") {
+		t.Errorf("--scenario bogus: exit %d, stderr %q; want %d listing the --local scenarios too", r.code, r.stderr, exitUsage)
+	}
+	r = dlockRun(t, nil, "torture", "--scenario", "evict", "--duration", "1s", "--addr", "127.0.0.1:1")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `"evict" needs --local`) {
+		t.Errorf("--scenario evict without --local: exit %d, stderr %q; want %d saying it needs --local", r.code, r.stderr, exitUsage)
 	}
 }
