@@ -99,7 +99,16 @@ func newRootCmd(a *app) *cobra.Command {
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return cmd.Help()
+				// A usage error, not the help and 0: a script that
+				// called dlock without its command must not go on as if
+				// it had worked.
+				var names []string
+				for _, c := range cmd.Commands() {
+					if c.IsAvailableCommand() && c.Name() != "help" {
+						names = append(names, c.Name())
+					}
+				}
+				return usagef("no command given: dlock COMMAND [ARGS...], COMMAND one of %s", strings.Join(names, ", "))
 			}
 			msg := fmt.Sprintf("unknown command %q", args[0])
 			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
@@ -114,6 +123,7 @@ func newRootCmd(a *app) *cobra.Command {
 	// --version (and -v): cobra prints Version through the template.
 	root.Version = version()
 	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetHelpTemplate(helpTemplate)
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
@@ -141,6 +151,18 @@ func newRootCmd(a *app) *cobra.Command {
 	)
 	return root
 }
+
+// helpTemplate puts how to call a command first: the short line, usage,
+// examples and flags, and the long explanation after them, for whoever
+// reads on. Cobra's own puts Long first: 55 lines of run's prose came
+// before its Usage. Every subcommand inherits it.
+const helpTemplate = `{{with .Short}}{{.}}
+
+{{end}}{{if or .Runnable .HasSubCommands}}{{.UsageString}}{{end}}{{with .Long}}
+Description:
+
+{{. | trimTrailingWhitespaces}}
+{{end}}`
 
 // exactArgs is cobra.ExactArgs returning a usage error.
 func exactArgs(n int, what string) cobra.PositionalArgs {
