@@ -125,6 +125,18 @@ func (a *app) serve(ctx context.Context, listen, title string) error {
 	if err != nil {
 		return err
 	}
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+		// Said where the operator who typed --listen :7482 reads it: the
+		// page needs no login, and the lock names and owners it lists
+		// may be sensitive.
+		exposed := "sees every lock and its owner"
+		if tok != "" {
+			exposed += ", and may guess at the admin token"
+		}
+		fmt.Fprintf(a.stderr, "dlock: warning: --listen %s is reachable from other machines (%s), and serve has no authentication of its own: "+
+			"anyone who reaches it %s; put it behind TLS and your own authentication, or listen on 127.0.0.1\n",
+			listen, reachableFrom(tcp), exposed)
+	}
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: serveReadHeaderTimeout,
@@ -171,4 +183,12 @@ func listenOn(addr string) (net.Listener, error) {
 		return nil, &exitError{code: exitRedis, err: fmt.Errorf("serve: cannot listen on %s: %w", addr, err)}
 	}
 	return ln, nil
+}
+
+// reachableFrom says which interfaces a listener not on loopback serves.
+func reachableFrom(tcp *net.TCPAddr) string {
+	if tcp.IP.IsUnspecified() {
+		return "every interface"
+	}
+	return tcp.IP.String()
 }

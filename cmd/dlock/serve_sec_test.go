@@ -253,3 +253,35 @@ func TestServeHidesRedisErrors(t *testing.T) {
 		t.Errorf("serve's log lacks the error kept from clients:\n%s", log)
 	}
 }
+
+// serve has no authentication of its own: listening beyond loopback says
+// so on stderr, where the operator who typed --listen :7482 reads it; a
+// loopback address says nothing.
+func TestServeWarnsOnNonLoopbackListen(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tt := range []struct {
+		host string
+		warn bool
+	}{{"", true}, {"0.0.0.0", true}, {"127.0.0.1", false}, {"localhost", false}} {
+		port, err := redistest.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		listen := tt.host + ":" + strconv.Itoa(port)
+		s := startDlock(t, srv, "serve", "--listen", listen)
+		waitFor(t, "serve on "+listen, func() bool {
+			resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/healthz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		s.wait(t, 10*time.Second)
+		warned := strings.Contains(s.stderr.String(), "warning: --listen "+listen+" is reachable from other machines")
+		if warned != tt.warn || (warned && !strings.Contains(s.stderr.String(), "authentication")) {
+			t.Errorf("serve --listen %s: warned %v, want %v; stderr:\n%s", listen, warned, tt.warn, s.stderr.String())
+		}
+	}
+}
