@@ -65,6 +65,7 @@ func TestBadClientOptions(t *testing.T) {
 		text string // the bound or value the error names
 	}{
 		{dlock.WithPrefix("a{b"), dlock.ErrInvalidOption, `prefix "a{b"`},
+		{dlock.WithPrefix(""), dlock.ErrInvalidOption, `prefix "" would leave the keys bare`},
 		{dlock.WithTTLBounds(time.Second, time.Millisecond), dlock.ErrInvalidTTL, "[1s, 1ms]"},
 		{dlock.WithReleaseTimeout(0), dlock.ErrInvalidOption, "release timeout 0s"},
 		{dlock.WithFenceLifetime(time.Millisecond), dlock.ErrInvalidOption, "fence lifetime 1ms"},

@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 // Defaults and limits. Each can be changed per Client with an Option.
@@ -88,14 +90,13 @@ func (c *config) fail(err error) {
 
 // WithPrefix sets the prefix of every key and channel (default "dlock:").
 // Clients that should see each other's locks must use the same prefix. A
-// prefix must not contain '{' or '}', which would change the keys' hash tag.
+// prefix must not be empty, nor contain '{' or '}', which would change the
+// keys' hash tag.
 func WithPrefix(p string) Option {
 	return optionFunc(func(c *config) {
-		for _, r := range p {
-			if r == '{' || r == '}' {
-				c.fail(fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidOption, p))
-				return
-			}
+		if err := node.CheckPrefix(p); err != nil {
+			c.fail(fmt.Errorf("%w: %v", ErrInvalidOption, err))
+			return
 		}
 		c.prefix = p
 	})

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/node"
 )
 
 // An Option configures a Redlock. Options are applied in order by New; an
@@ -53,12 +53,12 @@ func (c *config) fail(err error) {
 }
 
 // WithPrefix sets the prefix of every key (default dlock.DefaultPrefix,
-// "dlock:"), as dlock.WithPrefix does. It must not contain '{' or '}', which
-// would change the keys' hash tag.
+// "dlock:"), as dlock.WithPrefix does. It must not be empty, nor contain
+// '{' or '}', which would change the keys' hash tag.
 func WithPrefix(p string) Option {
 	return optionFunc(func(c *config) {
-		if strings.ContainsAny(p, "{}") {
-			c.fail(fmt.Errorf("%w: prefix %q must not contain '{' or '}'", dlock.ErrInvalidOption, p))
+		if err := node.CheckPrefix(p); err != nil {
+			c.fail(fmt.Errorf("%w: %v", dlock.ErrInvalidOption, err))
 			return
 		}
 		c.prefix = p

@@ -33,6 +33,7 @@ func TestNewRefusesInvalidConfiguration(t *testing.T) {
 		{"nil *redis.Client", []redis.UniversalClient{a, nilClient}, nil, dlock.ErrInvalidOption},
 		{"same client twice", []redis.UniversalClient{a, b, a}, nil, dlock.ErrInvalidOption},
 		{"prefix with a brace", two, []redlock.Option{redlock.WithPrefix("a{b")}, dlock.ErrInvalidOption},
+		{"empty prefix", two, []redlock.Option{redlock.WithPrefix("")}, dlock.ErrInvalidOption},
 		{"release timeout 0", two, []redlock.Option{redlock.WithReleaseTimeout(0)}, dlock.ErrInvalidOption},
 		{"fence lifetime below 1s", two, []redlock.Option{redlock.WithFenceLifetime(time.Millisecond)}, dlock.ErrInvalidOption},
 		{"TTL bounds below 1ms", two, []redlock.Option{redlock.WithTTLBounds(0, time.Second)}, dlock.ErrInvalidTTL},

@@ -56,6 +56,20 @@ const (
 	sufRecord  = ":r:"
 )
 
+// CheckPrefix says what is wrong with a key prefix, or nil. An empty one
+// would give bare "{name}" keys beside the application's own, which no
+// SCAN of dlock's keys could tell apart; '{' or '}' would change the keys'
+// hash tag, and so their Cluster slot.
+func CheckPrefix(p string) error {
+	switch {
+	case p == "":
+		return errors.New(`prefix "" would leave the keys bare ("{name}"), mixed with the application's own: use the default "dlock:" or a prefix of your own`)
+	case strings.ContainsAny(p, "{}"):
+		return fmt.Errorf("prefix %q must not contain '{' or '}'", p)
+	}
+	return nil
+}
+
 // KeysOf returns the keys of the lock name under prefix.
 func KeysOf(prefix, name string) Keys {
 	// Keys are built on every acquisition, the hot path of an uncontended
