@@ -171,6 +171,10 @@ func Run(ctx context.Context, l Lock, fn func(ctx context.Context) error) (err e
 		relErr := l.Release(context.WithoutCancel(ctx))
 		cause := context.Cause(lctx)
 		switch {
+		case (errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed)) && err != nil && errors.Is(err, cause):
+			// fn returned the cause (context.Cause of its context), maybe
+			// wrapped: say it once, naming the lock.
+			err = &Error{Op: "do", Name: l.Name(), Err: err}
 		case errors.Is(cause, ErrLockLost), errors.Is(cause, ErrClosed):
 			err = errors.Join(err, &Error{Op: "do", Name: l.Name(), Err: cause})
 		case releasedByFn:
