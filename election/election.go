@@ -274,6 +274,15 @@ type LeaderInfo struct {
 	Fence int64
 }
 
+// String reads as a log line wants it: `"node-2" leads since
+// 2026-12-02T10:00:00Z (fence 1796…)`, or "nobody leads".
+func (i LeaderInfo) String() string {
+	if i.Identity == "" {
+		return "nobody leads"
+	}
+	return fmt.Sprintf("%q leads since %s (fence %d)", i.Identity, i.Since.UTC().Format(time.RFC3339), i.Fence)
+}
+
 // Leader returns who leads now. Nobody leading gives an error matching
 // ErrNoLeader; a Locker that is not an Inspector one matching
 // errors.ErrUnsupported.

@@ -95,3 +95,12 @@ func ExampleElection_Observe() {
 	// leader: nobody
 	// leader: b
 }
+
+// A LeaderInfo prints as a log line.
+func ExampleLeaderInfo_String() {
+	fmt.Println(election.LeaderInfo{Identity: "node-2", Since: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC), Fence: 42})
+	fmt.Println(election.LeaderInfo{})
+	// Output:
+	// "node-2" leads since 2026-12-02T10:00:00Z (fence 42)
+	// nobody leads
+}
