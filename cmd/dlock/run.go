@@ -219,7 +219,11 @@ func splitRunArgs(dash int, args, flagged []string) ([]string, []string, error) 
 			// habit of sudo -- COMMAND). Say where it goes, in their words.
 			cmd := "COMMAND"
 			if len(args) > 1 {
-				cmd = strings.Join(args[1:], " ")
+				quoted := make([]string, len(args)-1)
+				for i, a := range args[1:] {
+					quoted[i] = shellQuote(a)
+				}
+				cmd = strings.Join(quoted, " ")
 			}
 			return nil, nil, usagef("run: NAME goes before \"--\", which ends dlock's flags and starts COMMAND: dlock run [flags] NAME -- COMMAND [ARGS...], "+
 				"here: dlock run %s -- %s", shellQuote(args[0]), cmd)

@@ -119,6 +119,7 @@ func TestRunDashBeforeNameSaysWhereItGoes(t *testing.T) {
 		{[]string{"run", "--", "job", "echo", "hi"}, "dlock run job -- echo hi"},
 		{[]string{"run", "--ttl", "5s", "--", "job", "echo"}, "dlock run job -- echo"},
 		{[]string{"run", "--", "job"}, "dlock run job -- COMMAND"},
+		{[]string{"run", "--", "my job", "sh", "-c", "echo hi"}, `dlock run 'my job' -- sh -c 'echo hi'`},
 	} {
 		r := dlockRun(t, nil, tt.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, `NAME goes before "--"`) || !strings.Contains(r.stderr, tt.want) ||
