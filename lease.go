@@ -184,7 +184,7 @@ func (l *redisLock) markLocked(to lockState, cause error) (ending, bool) {
 // already telling of it), then the context, the renewer and the held set.
 func (l *redisLock) announce(to lockState, reason Reason, e ending) {
 	if to == lost {
-		l.c.cfg.observers.lost(LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), TTL: e.ttl, Cause: e.cause})
+		l.c.cfg.observers.lost(LostEvent{Name: l.name, Fence: l.fence, Reason: reason, Held: time.Since(l.start), TTL: e.ttl, Cause: e.cause})
 	}
 	if e.cancel != nil {
 		e.cancel(e.first)

@@ -315,7 +315,7 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	} else {
 		l.setUnconfirmed(false)
 	}
-	e := ReleaseEvent{Name: l.name, Held: time.Since(l.start), AfterLoss: l.is(lost), TTL: l.leaseTTL()}
+	e := ReleaseEvent{Name: l.name, Fence: l.fence, Held: time.Since(l.start), AfterLoss: l.is(lost), TTL: l.leaseTTL()}
 	switch {
 	case err == nil && e.AfterLoss && (res == 1 || res == 2):
 		// The lock's context already told the holder it was lost (its
@@ -405,7 +405,7 @@ func (l *redisLock) confirmRelease(cause error, until time.Time) {
 		switch {
 		case phase != held:
 		case done:
-			e := ReleaseEvent{Name: l.name, Held: time.Since(l.start), TTL: l.leaseTTL(), Result: ResultOK}
+			e := ReleaseEvent{Name: l.name, Fence: l.fence, Held: time.Since(l.start), TTL: l.leaseTTL(), Result: ResultOK}
 			l.warnLongHold(e.Held, e.TTL)
 			l.end(released, "", cause)
 			l.c.cfg.observers.release(rctx, e)

@@ -96,7 +96,11 @@ type AcquireEvent struct {
 
 // RenewEvent is one background renewal of a lock.
 type RenewEvent struct {
-	Name   string
+	Name string
+	// Fence is the lock's fencing token: with Name, it ties the events of
+	// one acquisition together (AcquireEvent's Fence, and the Lost and
+	// Release events of the same lock).
+	Fence  int64
 	Result Result // ResultOK, ResultLost, ResultError
 	Err    error  // the Redis error, for ResultError
 }
@@ -104,6 +108,7 @@ type RenewEvent struct {
 // LostEvent is the loss of a held lock.
 type LostEvent struct {
 	Name   string
+	Fence  int64         // the lock's fencing token, as in RenewEvent
 	Reason Reason        // ReasonTakenOver, ReasonExpired, ReasonHoldLimit
 	Held   time.Duration // from acquisition to the loss
 	TTL    time.Duration // the lease it was renewed with, as in ReleaseEvent
@@ -113,6 +118,7 @@ type LostEvent struct {
 // ReleaseEvent is one Release.
 type ReleaseEvent struct {
 	Name   string
+	Fence  int64         // the lock's fencing token, as in RenewEvent
 	Result Result        // ResultOK, ResultNotHeld, ResultError
 	Held   time.Duration // from acquisition to the release
 	// AfterLoss: the lock had been reported lost before (an OnLost event),
@@ -234,7 +240,7 @@ func (o logObserver) OnRenew(e RenewEvent) {
 	if e.Result == ResultOK {
 		return // thousands a second with many locks: nothing to act on
 	}
-	attrs := []slog.Attr{slog.String("lock", e.Name), slog.String("result", string(e.Result))}
+	attrs := []slog.Attr{slog.String("lock", e.Name), slog.Int64("fence", e.Fence), slog.String("result", string(e.Result))}
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}
@@ -243,7 +249,7 @@ func (o logObserver) OnRenew(e RenewEvent) {
 
 func (o logObserver) OnLost(e LostEvent) {
 	o.l.LogAttrs(context.Background(), slog.LevelWarn, "dlock lock lost",
-		slog.String("lock", e.Name), slog.String("reason", string(e.Reason)),
+		slog.String("lock", e.Name), slog.Int64("fence", e.Fence), slog.String("reason", string(e.Reason)),
 		slog.Duration("held", e.Held), slog.String("cause", e.Cause.Error()))
 }
 
@@ -252,7 +258,7 @@ func (o logObserver) OnRelease(ctx context.Context, e ReleaseEvent) {
 	if e.Result == ResultError || (e.Result == ResultNotHeld && !e.AfterLoss) {
 		level = slog.LevelWarn
 	}
-	attrs := []slog.Attr{slog.String("lock", e.Name), slog.String("result", string(e.Result)), slog.Duration("held", e.Held)}
+	attrs := []slog.Attr{slog.String("lock", e.Name), slog.Int64("fence", e.Fence), slog.String("result", string(e.Result)), slog.Duration("held", e.Held)}
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}

@@ -81,7 +81,7 @@ func (r *renewal) Answer(_ int, reply node.Reply) {
 	ok, err := reply.Int64()
 	switch {
 	case err == nil && ok == 1:
-		l.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultOK})
+		l.c.cfg.observers.renew(RenewEvent{Name: l.name, Fence: l.fence, Result: ResultOK})
 		// One hold of l.mu for the lease and the next renewal.
 		l.mu.Lock()
 		confirmed := l.confirmLocked(reply.Sent, ttl, false, last)
@@ -96,10 +96,10 @@ func (r *renewal) Answer(_ int, reply node.Reply) {
 	case err == nil && l.isReleasing():
 		// Our own Release ran first: not a loss.
 	case err == nil:
-		l.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultLost})
+		l.c.cfg.observers.renew(RenewEvent{Name: l.name, Fence: l.fence, Result: ResultLost})
 		l.end(lost, ReasonTakenOver, fmt.Errorf("%w: renewal found the lock gone or taken over", ErrLockLost))
 	default:
-		l.c.cfg.observers.renew(RenewEvent{Name: l.name, Result: ResultError, Err: err})
+		l.c.cfg.observers.renew(RenewEvent{Name: l.name, Fence: l.fence, Result: ResultError, Err: err})
 		// Unanswered: try again soon, with backoff. The deadline timer
 		// ends the lock if no renewal gets through in time.
 		l.mu.Lock()

@@ -473,7 +473,7 @@ func (rn *renewal) Answer(i int, reply node.Reply) {
 	rn.mu.Unlock()
 	l := rn.l
 	out, err := l.conclude(l.ctx, rn.t, rn.start, rn.ttl, false, nil)
-	e := dlock.RenewEvent{Name: l.name}
+	e := dlock.RenewEvent{Name: l.name, Fence: l.Fence()}
 	switch out {
 	case extended:
 		e.Result = dlock.ResultOK
@@ -611,7 +611,7 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	t := l.releaseNodes(ctx, fences, valid)
 	n, notOurs, errs := t.released, t.notOurs, t.errs
 	l.r.own.Untrack(l)
-	e := dlock.ReleaseEvent{Name: l.name, Result: dlock.ResultOK, Held: time.Since(l.start), AfterLoss: afterLoss}
+	e := dlock.ReleaseEvent{Name: l.name, Fence: l.Fence(), Result: dlock.ResultOK, Held: time.Since(l.start), AfterLoss: afterLoss}
 	var err error
 	switch {
 	case n < l.r.quorum && len(l.r.nodes)-notOurs >= l.r.quorum && !afterLoss:
@@ -812,7 +812,7 @@ func (l *Lock) lost(reason dlock.Reason, cause error) {
 	// Observers first: whoever wakes on the context finds the metrics and
 	// logs already telling of the loss.
 	for _, o := range l.r.cfg.observers {
-		o.OnLost(dlock.LostEvent{Name: l.name, Reason: reason, Held: time.Since(l.start), Cause: cause})
+		o.OnLost(dlock.LostEvent{Name: l.name, Fence: l.Fence(), Reason: reason, Held: time.Since(l.start), Cause: cause})
 	}
 	l.cancel(cause)
 	l.stopped()
