@@ -613,3 +613,30 @@ func TestInterceptorReviewCases(t *testing.T) {
 		}
 	})
 }
+
+// Method locks by the full method name: while one call of a method runs, a
+// second call of it is refused as busy, whatever its request, and the lock
+// is named prefix + the method.
+func TestMethodLocksOneCallOfAMethod(t *testing.T) {
+	c, _ := setup(t)
+	info := &grpc.UnaryServerInfo{FullMethod: placeMethod}
+	intercept := dlockgrpc.MustUnaryServerInterceptor(c, dlockgrpc.Method("rpc:"))
+	_, err := intercept(bg, wrapperspb.String("1"), info, func(ctx context.Context, _ any) (any, error) {
+		l, ok := dlock.FromContext(ctx)
+		if !ok || l.Name() != "rpc:"+placeMethod {
+			t.Errorf("the handler's lock: %v, %v; want %q", l, ok, "rpc:"+placeMethod)
+		}
+		// A second call of the method, with another request, meanwhile.
+		_, err := intercept(bg, wrapperspb.String("2"), info, func(context.Context, any) (any, error) {
+			t.Error("a second call of the method ran while the first held its lock")
+			return nil, nil
+		})
+		if status.Code(err) != codes.Aborted { // the default busy code
+			t.Errorf("the second call: %v, want it refused as busy (Aborted)", err)
+		}
+		return "ok", nil
+	})
+	if err != nil {
+		t.Fatalf("the first call: %v", err)
+	}
+}
