@@ -86,3 +86,18 @@ func ExampleParseTemplate() {
 	// dlockhttp: missing header "X-User-Id" (lock name field {header.X-User-Id})
 	// order:42:u7 <nil>
 }
+
+// Route names the lock after the ServeMux pattern the request matched: one
+// rebuild at a time, whichever report.
+func ExampleRoute() {
+	name := dlockhttp.Route("route:")
+	r := httptest.NewRequest("POST", "/reports/7/rebuild", nil)
+	_, err := name(r)
+	fmt.Println(err)
+
+	r.Pattern = "POST /reports/{id}/rebuild" // what ServeMux sets when it routes r
+	fmt.Println(name(r))
+	// Output:
+	// dlockhttp: missing route pattern: the lock is named after the ServeMux pattern that matched the request (Route), and no ServeMux routed it
+	// route:POST /reports/{id}/rebuild <nil>
+}

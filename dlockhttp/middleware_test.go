@@ -513,3 +513,33 @@ func TestNestedSameLockIsServerError(t *testing.T) {
 		t.Fatal("the outer lock was not released")
 	}
 }
+
+// Route locks by the ServeMux pattern: while one request of the route
+// runs, another of the same route, with other values, is refused as busy;
+// a request no ServeMux routed names no lock.
+func TestRouteLocksOneRequestOfARoute(t *testing.T) {
+	c, _ := setup(t)
+	entered := make(chan struct{}, 2)
+	finish := make(chan struct{})
+	srv := serve(t, c, "POST /reports/{id}/rebuild", dlockhttp.Route("route:"),
+		func(w http.ResponseWriter, r *http.Request) {
+			if l, ok := dlock.FromContext(r.Context()); !ok || l.Name() != "route:POST /reports/{id}/rebuild" {
+				http.Error(w, fmt.Sprintf("lock %v", l), http.StatusInternalServerError)
+				return
+			}
+			entered <- struct{}{}
+			<-finish
+			fmt.Fprint(w, "rebuilt")
+		})
+	results := make(chan response, 2)
+	go func() { results <- send(srv, "POST", "/reports/1/rebuild", nil) }()
+	await(t, entered, "the first rebuild")
+	send(srv, "POST", "/reports/2/rebuild", nil).expect(t, http.StatusConflict, "busy")
+	close(finish)
+	await(t, results, "the first rebuild's answer").expect(t, http.StatusOK, "rebuilt")
+
+	r := httptest.NewRequest("POST", "/reports/1/rebuild", nil) // not routed: no Pattern
+	if _, err := dlockhttp.Route("route:")(r); !errors.Is(err, dlockhttp.ErrMissingValue) || !strings.Contains(err.Error(), "route pattern") {
+		t.Fatalf("Route of an unrouted request: %v, want a MissingValueError naming the route pattern", err)
+	}
+}

@@ -22,6 +22,7 @@ const (
 	SourcePath   = "path"   // r.PathValue(key), a wildcard of the ServeMux pattern
 	SourceHeader = "header" // r.Header.Get(key)
 	SourceQuery  = "query"  // r.URL.Query().Get(key)
+	SourceRoute  = "route"  // r.Pattern, the ServeMux pattern that matched (Route)
 )
 
 // MissingValueError reports a value a lock name needs and the request lacks
@@ -33,6 +34,9 @@ type MissingValueError struct {
 }
 
 func (e *MissingValueError) Error() string {
+	if e.Source == SourceRoute {
+		return "dlockhttp: missing route pattern: the lock is named after the ServeMux pattern that matched the request (Route), and no ServeMux routed it"
+	}
 	what := map[string]string{
 		SourcePath:   "path value",
 		SourceHeader: "header",
@@ -56,6 +60,25 @@ func (e *MissingValueError) Is(target error) bool { return target == ErrMissingV
 // "user:42"). A route without that wildcard gives a *MissingValueError.
 func PathValue(prefix, key string) NameFunc {
 	return valueName(prefix, SourcePath, key, (*http.Request).PathValue)
+}
+
+// Route names the lock prefix + the ServeMux pattern that matched the
+// request (r.Pattern, such as "POST /reports/rebuild"): one request of the
+// route at a time, whatever its values, for work that must not overlap
+// itself (a rebuild, an import):
+//
+//	mux.Handle("POST /reports/rebuild", dlockhttp.MustMiddleware(locker, dlockhttp.Route("route:"))(h))
+//
+// A request that no ServeMux routed (r.Pattern empty: another router, or
+// the handler called directly) gives a *MissingValueError, not one lock
+// shared by every such request.
+func Route(prefix string) NameFunc {
+	return func(r *http.Request) (string, error) {
+		if r.Pattern == "" {
+			return "", &MissingValueError{Source: SourceRoute, Key: "Pattern"}
+		}
+		return prefix + r.Pattern, nil
+	}
 }
 
 // Header names the lock prefix + the request header key (its first value).
