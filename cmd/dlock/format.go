@@ -28,25 +28,28 @@ func viewOf(i dlock.LockInfo, now time.Time) lockView { return dlockadmin.LockOf
 // ownerText is the OWNER column: the holder, or how many readers share it.
 func ownerText(i dlock.LockInfo) string {
 	if i.Kind == dlock.KindShared {
-		return fmt.Sprintf("(%d readers)", len(i.Readers))
+		return readersText(len(i.Readers))
 	}
 	return safe(i.Owner)
 }
 
-// kindOf is the KIND column: read, write or semaphore.
-func kindOf(i dlock.LockInfo) string {
-	if i.Kind == dlock.KindSemaphore {
-		return "semaphore"
+func readersText(n int) string {
+	if n == 1 {
+		return "1 reader"
 	}
-	return kindText(i.Kind == dlock.KindShared)
+	return fmt.Sprintf("%d readers", n)
 }
 
-// kindText is how a waiter or a lock kind reads: read or write.
+// kindOf is the KIND column: LockInfo.Kind, the words of the JSON, the
+// admin page and the metrics (exclusive, shared, semaphore).
+func kindOf(i dlock.LockInfo) string { return i.Kind }
+
+// kindText is how a waiter's kind reads, in the same words.
 func kindText(shared bool) string {
 	if shared {
-		return "read"
+		return dlock.KindShared
 	}
-	return "write"
+	return dlock.KindExclusive
 }
 
 // checkOutput validates -o before anything is sent to Redis.
@@ -69,8 +72,8 @@ func writeTable(w io.Writer, infos []dlock.LockInfo, now time.Time) error {
 	fmt.Fprintln(tw, "NAME\tKIND\tOWNER\tTOKEN\tFENCE\tAGE\tTTL\tWAITERS")
 	for _, i := range infos {
 		token := i.TokenPrefix() + "…"
-		if i.Kind == dlock.KindSemaphore {
-			token = "-" // one per permit: see inspect
+		if i.Kind != dlock.KindExclusive {
+			token = "-" // one per reader or permit: see inspect
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%v\t%v\t%d\n", safe(i.Name), kindOf(i), ownerText(i),
 			token, i.Fence, roundDur(i.Age(now)), roundDur(i.TTL), i.Waiters)
@@ -80,22 +83,48 @@ func writeTable(w io.Writer, infos []dlock.LockInfo, now time.Time) error {
 
 // writeDetail prints one lock, for inspect and unlock.
 func writeDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
-	if i.Kind == dlock.KindSemaphore {
+	switch i.Kind {
+	case dlock.KindSemaphore:
 		return writeSemDetail(w, i, now)
+	case dlock.KindShared:
+		return writeSharedDetail(w, i, now)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
 	fmt.Fprintf(tw, "name:\t%s\n", safe(i.Name))
-	fmt.Fprintf(tw, "kind:\t%s\n", kindText(i.Kind == dlock.KindShared))
-	fmt.Fprintf(tw, "owner:\t%s\n", ownerText(i))
+	fmt.Fprintf(tw, "kind:\t%s\n", i.Kind)
+	fmt.Fprintf(tw, "owner:\t%s\n", safe(i.Owner))
 	fmt.Fprintf(tw, "token:\t%s… (prefix)\n", i.TokenPrefix())
 	fmt.Fprintf(tw, "fence:\t%d\n", i.Fence)
 	fmt.Fprintf(tw, "held for:\t%v (since %s)\n", roundDur(i.Age(now)), i.Since.Format(time.RFC3339))
 	fmt.Fprintf(tw, "ttl left:\t%v of %v\n", roundDur(i.TTL), i.Lease)
 	fmt.Fprintf(tw, "waiters:\t%d\n", i.Waiters)
 	fmt.Fprintf(tw, "key:\t%s\n", safe(i.Key))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeQueue(w, i.Queue)
+}
+
+// writeSharedDetail prints a read lock: no one holder, token or lease of
+// its own, but its readers, one a line, then its waiters.
+func writeSharedDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
+	fmt.Fprintf(tw, "name:\t%s\n", safe(i.Name))
+	fmt.Fprintf(tw, "kind:\t%s\n", i.Kind)
+	fmt.Fprintf(tw, "readers:\t%d\n", len(i.Readers))
+	fmt.Fprintf(tw, "fence:\t%d (the latest reader's)\n", i.Fence)
+	fmt.Fprintf(tw, "held for:\t%v (since %s, the first reader)\n", roundDur(i.Age(now)), i.Since.Format(time.RFC3339))
+	fmt.Fprintf(tw, "ttl left:\t%v (the last lease to end)\n", roundDur(i.TTL))
+	fmt.Fprintf(tw, "waiters:\t%d\n", i.Waiters)
+	fmt.Fprintf(tw, "key:\t%s\n", safe(i.Key))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "READER\tOWNER\tTOKEN\tFENCE\tAGE\tTTL")
 	for n, r := range i.Readers {
-		fmt.Fprintf(tw, "reader %d:\t%s, token %s…, fence %d, held %v, ttl left %v of %v\n", n+1, safe(r.Owner), r.TokenPrefix(),
-			r.Fence, roundDur(now.Sub(r.Since)), roundDur(r.TTL), r.Lease)
+		fmt.Fprintf(tw, "%d\t%s\t%s…\t%d\t%v\t%v of %v\n", n+1, safe(r.Owner), r.TokenPrefix(), r.Fence,
+			roundDur(now.Sub(r.Since)), roundDur(r.TTL), r.Lease)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -395,7 +395,7 @@ func busy(ctx context.Context, c *dlock.Client, name string, waited time.Duratio
 		case dlock.KindSemaphore:
 			e.holder, e.several = fmt.Sprintf("all %d permits are taken, the first", info.Permits), "until a permit comes back"
 		case dlock.KindShared:
-			e.holder, e.several = fmt.Sprintf("held by %d reader(s), the first", len(info.Readers)), "until they end"
+			e.holder, e.several = "held by "+readersText(len(info.Readers))+", the first", "until they end"
 		default:
 			if info.Token == minHoldToken {
 				// The holder released it before its min hold: nothing

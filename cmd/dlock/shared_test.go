@@ -60,3 +60,47 @@ func TestRunSharedAndListReaders(t *testing.T) {
 		t.Fatalf("writer after the readers left: exit %d: %s", code, w.stderr.String())
 	}
 }
+
+// inspect and list of a read lock show its readers, each with its own
+// owner, token and lease, and no single holder: not the readers' marker as
+// a token, an empty owner, nor a lease of 0s.
+func TestInspectReadLockShowsItsReaders(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	a := hold(t, srv, rdb, "shelf", "-s", "--owner", "reader-a", "--ttl", "30s")
+	defer func() { _ = a.cmd.Process.Signal(syscall.SIGTERM) }()
+
+	r := dlockRun(t, srv, "inspect", "shelf")
+	if r.code != 0 {
+		t.Fatalf("inspect: exit %d: %s", r.code, r.stderr)
+	}
+	for _, bad := range []string{"*readers", "of 0s", "owner:"} {
+		if strings.Contains(r.stdout, bad) {
+			t.Errorf("inspect of a read lock shows %q:\n%s", bad, r.stdout)
+		}
+	}
+	for _, want := range []string{"kind:     shared", "readers:  1", "reader-a", "of 30s"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("inspect of a read lock: no %q in\n%s", want, r.stdout)
+		}
+	}
+
+	r = dlockRun(t, srv, "inspect", "shelf", "-o", "json")
+	var v map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != 0 {
+		t.Fatalf("inspect -o json: exit %d, %v: %s %s", r.code, err, r.stdout, r.stderr)
+	}
+	for _, field := range []string{"owner", "token_prefix", "lease_ms"} {
+		if x, ok := v[field]; ok {
+			t.Errorf("inspect -o json of a read lock has %q: %v (each reader has its own)", field, x)
+		}
+	}
+	if rs, _ := v["readers"].([]any); len(rs) != 1 {
+		t.Errorf("inspect -o json: readers %v, want one", v["readers"])
+	}
+
+	r = dlockRun(t, srv, "list")
+	if !strings.Contains(r.stdout, "1 reader ") || strings.Contains(r.stdout, "readers)") || strings.Contains(r.stdout, "*readers") {
+		t.Errorf("list of a read lock:\n%s", r.stdout)
+	}
+}

@@ -25,11 +25,11 @@ a waiter joining or leaving the line), until SIGINT or SIGTERM.
 A line starts with the local time and the name, then:
 
   free
-  write "OWNER" fence F token T…
-  read N reader(s): "OWNER" fence F, ...
+  exclusive "OWNER" fence F token T…
+  shared N readers: "OWNER" fence F, ...
   semaphore K/N permits: "OWNER" fence F, ...
 
-followed, when clients wait, by "; W waiting: "OWNER" (write), ...", first
+followed, when clients wait, by "; W waiting: "OWNER" (exclusive), ...", first
 in line first. Owners are quoted as Go strings, so a newline or a terminal
 escape in one cannot forge a line. -o json prints one object a line:
 {"time", "name", "held", "lock"}, "lock" being what inspect -o json shows.
@@ -220,7 +220,7 @@ func watchText(i dlock.LockInfo, held bool) string {
 	var b strings.Builder
 	switch i.Kind {
 	case dlock.KindShared:
-		fmt.Fprintf(&b, "read %d reader(s):", len(i.Readers))
+		fmt.Fprintf(&b, "shared %s:", readersText(len(i.Readers)))
 		for n, r := range i.Readers {
 			fmt.Fprintf(&b, "%s %q fence %d", sep(n), r.Owner, r.Fence)
 		}
@@ -230,7 +230,7 @@ func watchText(i dlock.LockInfo, held bool) string {
 			fmt.Fprintf(&b, "%s %q fence %d", sep(n), p.Owner, p.Fence)
 		}
 	default:
-		fmt.Fprintf(&b, "write %q fence %d token %s…", i.Owner, i.Fence, i.TokenPrefix())
+		fmt.Fprintf(&b, "exclusive %q fence %d token %s…", i.Owner, i.Fence, i.TokenPrefix())
 	}
 	if len(i.Queue) > 0 {
 		fmt.Fprintf(&b, "; %d waiting:", len(i.Queue))

@@ -92,22 +92,22 @@ func TestWatchText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all = append(all, expectLine(t, b, lines, `write "alice" fence `+itoa(la.Fence()))...)
+	all = append(all, expectLine(t, b, lines, `exclusive "alice" fence `+itoa(la.Fence()))...)
 	bobGot := acquireLater(t, bob, name)
-	all = append(all, expectLine(t, b, lines, `write "alice"`, `; 1 waiting: "bob" (write)`)...)
+	all = append(all, expectLine(t, b, lines, `exclusive "alice"`, `; 1 waiting: "bob" (exclusive)`)...)
 	carolGot := acquireLater(t, carol, name, dlock.Shared())
-	all = append(all, expectLine(t, b, lines, `write "alice"`, `; 2 waiting: "bob" (write), "carol" (read)`)...)
+	all = append(all, expectLine(t, b, lines, `exclusive "alice"`, `; 2 waiting: "bob" (exclusive), "carol" (shared)`)...)
 
 	if err := la.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	lb := receive(t, bobGot)
-	all = append(all, expectLine(t, b, lines, `write "bob" fence `+itoa(lb.Fence()), `; 1 waiting: "carol" (read)`)...)
+	all = append(all, expectLine(t, b, lines, `exclusive "bob" fence `+itoa(lb.Fence()), `; 1 waiting: "carol" (shared)`)...)
 	if err := lb.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	lc := receive(t, carolGot)
-	all = append(all, expectLine(t, b, lines, `read 1 reader(s): "carol" fence `+itoa(lc.Fence()))...)
+	all = append(all, expectLine(t, b, lines, `shared 1 reader: "carol" fence `+itoa(lc.Fence()))...)
 	if err := lc.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestWatchSurvivesRedisRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expectLine(t, b, lines, `write "after" fence `+itoa(l.Fence()))
+	expectLine(t, b, lines, `exclusive "after" fence `+itoa(l.Fence()))
 	_ = l.Release(context.Background())
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	if code := b.wait(t, 10*time.Second); code != exitOK {
@@ -251,7 +251,7 @@ func TestWatchKeyspaceNotifications(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if line := nextLine(t, b, lines, 3*time.Second); !strings.Contains(line, `write "quick" fence `+itoa(l.Fence())) {
+	if line := nextLine(t, b, lines, 3*time.Second); !strings.Contains(line, `exclusive "quick" fence `+itoa(l.Fence())) {
 		t.Fatalf("line %q, want the new holder", line)
 	}
 	_ = l.Release(context.Background())
@@ -296,7 +296,7 @@ func TestWatchKeyspaceNotificationsCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if line := nextLine(t, b, lines, 3*time.Second); !strings.Contains(line, `write "clustered" fence `+itoa(l.Fence())) {
+		if line := nextLine(t, b, lines, 3*time.Second); !strings.Contains(line, `exclusive "clustered" fence `+itoa(l.Fence())) {
 			t.Fatalf("%s: line %q, want the new holder", name, line)
 		}
 		_ = l.Release(context.Background())
