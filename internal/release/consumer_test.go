@@ -18,7 +18,7 @@ import (
 const checkEnv = "DLOCK_RELEASE_CHECK"
 
 // cliPath is the CLI's package (and module): users install it with
-// `go install cliPath@latest` (cmd/dlock/README.md).
+// `go install cliPath@version` once tagged, from a clone before (cmd/dlock/README.md).
 const cliPath = rootPath + "/cmd/dlock"
 
 // consumerMain is a user's program that imports every published package
