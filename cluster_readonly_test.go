@@ -18,10 +18,7 @@ import (
 // at once, not a replica's older state.
 func TestClusterClientReadingReplicasLocksOnPrimaries(t *testing.T) {
 	cs := redistest.StartCluster(t)
-	addrs := make([]string, len(cs.Nodes))
-	for i, s := range cs.Nodes {
-		addrs[i] = s.Addr
-	}
+	addrs := cs.NodeAddrs()
 	for _, route := range []struct {
 		name string
 		opts redis.ClusterOptions

@@ -19,10 +19,7 @@ import (
 // (issue 17 item 10: every attempt got MOVED for 3 s).
 func TestWithReplicasFollowsMoved(t *testing.T) {
 	cs := redistest.StartCluster(t)
-	addrs := make([]string, len(cs.Nodes))
-	for i, s := range cs.Nodes {
-		addrs[i] = s.Addr
-	}
+	addrs := cs.NodeAddrs()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true,
 		ClusterStateReloadInterval: time.Hour}) // only MOVED may refresh the map
 	t.Cleanup(func() { _ = cc.Close() })
@@ -86,10 +83,7 @@ func TestWithReplicasFollowsMoved(t *testing.T) {
 // the slot is there.
 func TestWithReplicasThroughSlotMigration(t *testing.T) {
 	cs := redistest.StartCluster(t)
-	addrs := make([]string, len(cs.Nodes))
-	for i, s := range cs.Nodes {
-		addrs[i] = s.Addr
-	}
+	addrs := cs.NodeAddrs()
 	// 8 redirects: with the waits after TRYAGAIN doubling from 16 ms, about
 	// 4 s for the migration below to finish, however loaded the machine.
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true,
@@ -166,10 +160,7 @@ func TestWithReplicasThroughSlotMigration(t *testing.T) {
 // old primary answers.
 func TestWithReplicasHandOffAfterFailover(t *testing.T) {
 	cs := redistest.StartCluster(t)
-	addrs := make([]string, len(cs.Nodes))
-	for i, s := range cs.Nodes {
-		addrs[i] = s.Addr
-	}
+	addrs := cs.NodeAddrs()
 	stale := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true,
 		ClusterStateReloadInterval: time.Hour})
 	t.Cleanup(func() { _ = stale.Close() })

@@ -145,6 +145,10 @@ func createCluster(ctx context.Context, addrs []string, replicas int) error {
 	return nil
 }
 
+// NodeAddrs returns the addresses of every node, in start order: the seed
+// addresses of a go-redis ClusterClient a test configures itself.
+func (cs *ClusterSetup) NodeAddrs() []string { return cs.allAddrs() }
+
 func (cs *ClusterSetup) allAddrs() []string {
 	addrs := make([]string, len(cs.Nodes))
 	for i, s := range cs.Nodes {
