@@ -21,6 +21,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/faultproxy"
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 func TestRenewalKeepsShortLeaseHeld(t *testing.T) {
@@ -299,7 +300,7 @@ func startWorker(t *testing.T, kind string, env ...string) (*exec.Cmd, io.WriteC
 	cmd.Stderr = os.Stderr
 	// A test binary that dies must not leave a worker behind, or one
 	// stopped for ever.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = redistest.ChildAttr()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

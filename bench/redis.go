@@ -80,9 +80,7 @@ func startRedisOnce(ctx context.Context, redisPath, dir string) (*redisServer, e
 	)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	// Pdeathsig kills the server if this process dies without running its
-	// deferred cleanup (SIGKILL, runtime crash), so no redis-server outlives us.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = dieWithUs()
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

@@ -102,7 +102,7 @@ func startCandidate(t *testing.T, addr, name, id string, ttl time.Duration) *can
 	cmd.Stderr = os.Stderr
 	// A test binary that dies must not leave a candidate behind, or one
 	// stopped for ever.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = redistest.ChildAttr()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

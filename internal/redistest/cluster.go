@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -137,7 +136,7 @@ func createCluster(ctx context.Context, addrs []string, replicas int) error {
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = ChildAttr()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s", err, out)

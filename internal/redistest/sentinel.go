@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -436,7 +435,7 @@ func (sp *sentinelProc) start(ctx context.Context, bin string, args []string) er
 	// As in server.go: kill the sentinel if the test binary dies without
 	// cleanup, so no orphan keeps its port or fails over someone else's
 	// server later.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = ChildAttr()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("redistest: start %s: %w", bin, err)

@@ -10,11 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -84,7 +84,7 @@ func (s *Server) start(ctx context.Context) error {
 	cmd := exec.Command(s.binary, args...)
 	// Kill the server if the process that started it dies without cleanup
 	// (a test binary killed by a timeout), so no orphan keeps the port.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = ChildAttr()
 	var out strings.Builder
 	cmd.Stdout = &out
 	cmd.Stderr = &out
@@ -146,7 +146,7 @@ func Ping(ctx context.Context, addr string) error {
 // Kill stops the server at once with SIGKILL and waits for it to exit. It is
 // safe to call more than once.
 func (s *Server) Kill() {
-	s.signal(syscall.SIGKILL)
+	s.signal(sigKill)
 	s.mu.Lock()
 	done := s.done
 	s.mu.Unlock()
@@ -155,13 +155,7 @@ func (s *Server) Kill() {
 	}
 }
 
-// Pause stops the server process with SIGSTOP; Resume continues it.
-func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
-
-// Resume continues a paused server with SIGCONT.
-func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
-
-func (s *Server) signal(sig syscall.Signal) {
+func (s *Server) signal(sig os.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil && s.cmd.Process != nil {

@@ -265,7 +265,7 @@ func (r *run) spawn(slot int) error {
 	cmd.Stderr = os.Stderr
 	// A runner that dies must not leave a worker behind, or one stopped
 	// for ever.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = redistest.ChildAttr()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return err

@@ -1,0 +1,12 @@
+package redistest
+
+import "os"
+
+// Pause would stop the server process; Windows has no SIGSTOP, so the
+// tests that pause a server do not run there (they need a Unix).
+func (s *Server) Pause() { panic("redistest: Pause needs a Unix (SIGSTOP)") }
+
+// Resume continues a paused server; see Pause.
+func (s *Server) Resume() { panic("redistest: Resume needs a Unix (SIGCONT)") }
+
+var sigKill os.Signal = os.Kill
