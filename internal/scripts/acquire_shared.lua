@@ -37,10 +37,14 @@ if held[1] and held[1] ~= READERS then
   return busy(redis.call('PTTL', key), held) -- a writer holds it
 end
 
+-- free: no hash, or one whose readers' leases are all over. Only then can
+-- permits be held: a semaphore is refused a name with a live hash.
+local free = not held[1]
 if held[1] == READERS then
   local live, last = live_readers(key, now_ms)
   if live == 0 then
     redis.call('DEL', key) -- every lease is over: the lock is free
+    free = true
   elseif ARGV[8] ~= '1' then
     -- Writers go first: a live writer in line ahead of this token (all of
     -- the line, when the token is not in it yet) keeps new readers out, or
@@ -63,9 +67,12 @@ if held[1] == READERS then
   end
 end
 
--- No writer, but maybe permits (see acquire.lua).
-local permits = sem_held(KEYS[6], KEYS[7], now_ms)
-if permits then return permits end
+-- No writer, but maybe permits (see acquire.lua); readers joining live
+-- readers skip the check.
+if free then
+  local permits = sem_held(KEYS[6], KEYS[7], now_ms)
+  if permits then return permits end
+end
 
 local fence, err = next_fence(fencekey, ARGV[7])
 if err then return err end
