@@ -232,7 +232,7 @@ func (r *Redlock) acquire(ctx context.Context, name string, s dlock.AcquireSetti
 func isOutage(err error) bool {
 	var lasting *lastingError
 	return !isBusy(err) && !errors.As(err, &lasting) && !errors.Is(err, redis.ErrClosed) &&
-		errors.Is(err, dlock.ErrUnavailable)
+		(errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, errFenceLate))
 }
 
 // gaveUp is the error of a wait that ended without the lock: busy, and also
@@ -412,7 +412,7 @@ func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings,
 		case ctx.Err() != nil:
 			ctxErr = ctx.Err()
 		case err == nil:
-			failErr = opError("acquire", name, fmt.Errorf("%w: the validity ran out while the fence was written", ErrNoQuorum))
+			failErr = opError("acquire", name, errFenceLate)
 		default:
 			failErr = opError("acquire", name, err)
 		}

@@ -76,7 +76,7 @@ func (r *Redlock) raiseFence(ctx, actx context.Context, k node.Keys, token strin
 		case <-ctx.Done():
 			return fence, ctx.Err()
 		case <-actx.Done():
-			return fence, fmt.Errorf("%w: the validity ran out while the fence was written", ErrNoQuorum)
+			return fence, errFenceLate
 		}
 	}
 	if have < r.quorum {
@@ -88,3 +88,17 @@ func (r *Redlock) raiseFence(ctx, actx context.Context, k node.Keys, token strin
 	}
 	return fence, nil
 }
+
+// errFenceLate is the failure of an attempt whose validity ran out while
+// its fence was written: nodes slow or gone for a moment (a node killed or
+// stopped mid-round), which the next attempt may not meet. A wait rides it
+// out as an outage (isOutage); it matches ErrNoQuorum.
+var errFenceLate error = fenceLateError{}
+
+type fenceLateError struct{}
+
+func (fenceLateError) Error() string {
+	return ErrNoQuorum.Error() + ": the validity ran out while the fence was written"
+}
+
+func (fenceLateError) Is(target error) bool { return target == ErrNoQuorum }
