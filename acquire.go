@@ -196,14 +196,14 @@ func readAcquire(name string, b TTLBounds, opts []AcquireOption) (acquireConfig,
 		err = fmt.Errorf("%w: max hold %v is negative", ErrInvalidOption, ac.maxHold)
 	}
 	if err == nil && ac.semaphore && ac.shared {
-		err = fmt.Errorf("%w: Permits(%d) with Shared: a permit is not a read lock; choose one", ErrInvalidOption, ac.permits)
+		err = fmt.Errorf("%w: WithPermits(%d) with WithShared: a permit is not a read lock; choose one", ErrInvalidOption, ac.permits)
 	}
 	if err == nil && ac.minHold > 0 && (ac.semaphore || ac.shared) {
 		// Only the exclusive release keeps a lock for its min hold.
-		err = fmt.Errorf("%w: WithMinHold(%v) is for exclusive locks, not with Shared or Permits", ErrInvalidOption, ac.minHold)
+		err = fmt.Errorf("%w: WithMinHold(%v) is for exclusive locks, not with WithShared or Permits", ErrInvalidOption, ac.minHold)
 	}
 	if err == nil && ac.skipWriters && !ac.shared {
-		err = fmt.Errorf("%w: SkipWaitingWriters without Shared: only a reader can skip writers", ErrInvalidOption)
+		err = fmt.Errorf("%w: WithoutWriterPriority without WithShared: only a reader can skip writers", ErrInvalidOption)
 	}
 	if err == nil && ac.maxHold > 0 && ac.maxHold < b.Min {
 		err = fmt.Errorf("%w: max hold %v is below the minimum TTL %v", ErrInvalidOption, ac.maxHold, b.Min)
@@ -275,7 +275,7 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 	}
 	owner := c.cfg.owner
 	if ac.owner != "" {
-		owner = ac.owner // WithAcquireOwner; a queue entry keeps it for a hand-off
+		owner = ac.owner // WithOwner; a queue entry keeps it for a hand-off
 	}
 	sent := time.Now()
 	res, acked, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.firstLease(), Owner: owner,

@@ -19,7 +19,7 @@ import (
 type LockInfo struct {
 	Name    string        // the lock's name
 	Key     string        // its key in Redis
-	Owner   string        // free text of the holder (WithOwner; host/pid by default)
+	Owner   string        // free text of the holder (WithDefaultOwner; host/pid by default)
 	Token   string        // the holder's token: show TokenPrefix, never the whole
 	Fence   int64         // the holder's fencing token
 	Since   time.Time     // when this holder acquired it (the Redis server's clock)
@@ -27,7 +27,7 @@ type LockInfo struct {
 	TTL     time.Duration // what is left of the lease now
 	Waiters int64         // waiters lined up for it in Redis, one per waiting goroutine
 
-	// Kind is KindExclusive, KindShared when readers (Shared) hold it, or
+	// Kind is KindExclusive, KindShared when readers (WithShared) hold it, or
 	// KindSemaphore.
 	// A read lock's Token is a marker, not a holder's, Owner is empty, Fence
 	// is the largest reader fence, Since the oldest reader's, TTL the longest

@@ -17,7 +17,7 @@ func TestListLimitCluster(t *testing.T) {
 	const n = 30 // spread over the three primaries' slots
 	for i := range n {
 		mustAcquire(t, c, fmt.Sprintf("lim:%d", i))
-		mustAcquire(t, c, fmt.Sprintf("sem:%d", i), dlock.Permits(2))
+		mustAcquire(t, c, fmt.Sprintf("sem:%d", i), dlock.WithPermits(2))
 	}
 	for _, tc := range []struct {
 		match      string

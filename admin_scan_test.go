@@ -35,13 +35,13 @@ func scanAll(t *testing.T, c *dlock.Client, opts dlock.ScanOptions) (map[string]
 // keys that are not held locks, a key of another type under the prefix
 // included.
 func TestScanFindsWhatListFinds(t *testing.T) {
-	c, rdb, _ := setup(t, dlock.WithOwner("api-1"))
+	c, rdb, _ := setup(t, dlock.WithDefaultOwner("api-1"))
 	const n = 250 // more than one batch of 200
 	for i := range n {
 		mustAcquire(t, c, fmt.Sprintf("order:%d", i), dlock.WithTTL(5*time.Second))
 	}
-	mustAcquire(t, c, "report", dlock.Shared())
-	mustAcquire(t, c, "pool", dlock.Permits(3))
+	mustAcquire(t, c, "report", dlock.WithShared())
+	mustAcquire(t, c, "pool", dlock.WithPermits(3))
 	rdb.Set(bg, "dlock:{not-a-lock}", "x", 0) // another type under the prefix
 	rdb.Set(bg, "unrelated", "x", 0)
 
@@ -172,10 +172,10 @@ func ExampleClient_Scan() {
 // Brief counts the waiters of each kind as the full read does, without
 // their entries.
 func TestScanBrief(t *testing.T) {
-	c, rdb, _ := setup(t, dlock.WithOwner("holder"))
-	waiter := newLocker(t, rdb, dlock.WithOwner("waiter"))
+	c, rdb, _ := setup(t, dlock.WithDefaultOwner("holder"))
+	waiter := newLocker(t, rdb, dlock.WithDefaultOwner("waiter"))
 	mustAcquire(t, c, "order:1")
-	mustAcquire(t, c, "pool", dlock.Permits(1))
+	mustAcquire(t, c, "pool", dlock.WithPermits(1))
 	ctx, cancel := context.WithCancel(bg)
 	done := make(chan struct{}, 2)
 	t.Cleanup(func() {
@@ -186,7 +186,7 @@ func TestScanBrief(t *testing.T) {
 	for _, w := range []struct {
 		name string
 		opts []dlock.AcquireOption
-	}{{"order:1", nil}, {"pool", []dlock.AcquireOption{dlock.Permits(1)}}} {
+	}{{"order:1", nil}, {"pool", []dlock.AcquireOption{dlock.WithPermits(1)}}} {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			if l, err := waiter.Acquire(ctx, w.name, append(w.opts, dlock.WithWait(time.Minute))...); err == nil {

@@ -16,14 +16,14 @@ func TestSemaphoreListAndInspect(t *testing.T) {
 	owners := []string{"api-1", "api-2", "api-3"}
 	var cs []*dlock.Client
 	for _, o := range owners {
-		cs = append(cs, newLocker(t, srv.Client(t), dlock.WithOwner(o)))
+		cs = append(cs, newLocker(t, srv.Client(t), dlock.WithDefaultOwner(o)))
 	}
-	a := mustAcquire(t, cs[0], "conns", dlock.Permits(2), dlock.WithTTL(5*time.Second))
-	b := mustAcquire(t, cs[1], "conns", dlock.Permits(2), dlock.WithTTL(3*time.Second))
+	a := mustAcquire(t, cs[0], "conns", dlock.WithPermits(2), dlock.WithTTL(5*time.Second))
+	b := mustAcquire(t, cs[1], "conns", dlock.WithPermits(2), dlock.WithTTL(3*time.Second))
 	x := mustAcquire(t, cs[0], "excl", dlock.WithTTL(5*time.Second))
 	got := make(chan dlock.Lock, 1)
 	go func() {
-		l, err := cs[2].Acquire(bg, "conns", dlock.Permits(2), dlock.WithWait(5*time.Second))
+		l, err := cs[2].Acquire(bg, "conns", dlock.WithPermits(2), dlock.WithWait(5*time.Second))
 		if err != nil {
 			t.Error(err)
 		}

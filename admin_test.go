@@ -10,7 +10,7 @@ import (
 )
 
 func TestListAndInspect(t *testing.T) {
-	c, rdb, _ := setup(t, dlock.WithOwner("api-1"))
+	c, rdb, _ := setup(t, dlock.WithDefaultOwner("api-1"))
 	for _, name := range []string{"order:1", "order:2", "job:nightly", "odd}name"} {
 		mustAcquire(t, c, name, dlock.WithTTL(5*time.Second))
 	}

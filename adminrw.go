@@ -12,14 +12,14 @@ import (
 
 // Kinds of lock, in LockInfo.Kind.
 const (
-	KindExclusive = "exclusive" // one holder (an acquisition without Shared)
-	KindShared    = "shared"    // readers (Shared)
+	KindExclusive = "exclusive" // one holder (an acquisition without WithShared)
+	KindShared    = "shared"    // readers (WithShared)
 	KindSemaphore = "semaphore" // permits of a name (Permits)
 )
 
 // ReaderInfo is one reader of a shared lock, in LockInfo.Readers.
 type ReaderInfo struct {
-	Owner string        // free text of the reader (WithOwner)
+	Owner string        // free text of the reader (WithDefaultOwner)
 	Token string        // its token: show TokenPrefix, never the whole
 	Fence int64         // its grant's fence
 	Since time.Time     // when it acquired (the Redis server's clock)
@@ -32,7 +32,7 @@ func (r ReaderInfo) TokenPrefix() string { return LockInfo{Token: r.Token}.Token
 
 // WaiterInfo is one client in line for a lock, in LockInfo.Queue.
 type WaiterInfo struct {
-	Owner  string // free text of the waiting client (WithOwner)
+	Owner  string // free text of the waiting client (WithDefaultOwner)
 	Token  string // the token it waits with: show TokenPrefix, never the whole
 	Shared bool   // it waits for a read lock
 	// Alive is how long its entry stays in line without a renewed attempt:

@@ -9,14 +9,14 @@ import (
 
 func TestInspectShowsReadersAndWaiters(t *testing.T) {
 	_, rdb, srv := setup(t)
-	mk := func(owner string) *dlock.Client { return newLocker(t, srv.Client(t), dlock.WithOwner(owner)) }
-	r1 := mustAcquire(t, mk("reader-1"), "ins", dlock.Shared(), dlock.WithTTL(3*time.Second))
-	r2 := mustAcquire(t, mk("reader-2"), "ins", dlock.Shared(), dlock.WithTTL(5*time.Second))
+	mk := func(owner string) *dlock.Client { return newLocker(t, srv.Client(t), dlock.WithDefaultOwner(owner)) }
+	r1 := mustAcquire(t, mk("reader-1"), "ins", dlock.WithShared(), dlock.WithTTL(3*time.Second))
+	r2 := mustAcquire(t, mk("reader-2"), "ins", dlock.WithShared(), dlock.WithTTL(5*time.Second))
 	// A reader whose lease ran out holds nothing and is not shown.
-	mustAcquire(t, mk("reader-gone"), "ins", dlock.Shared(), dlock.WithTTL(200*time.Millisecond), dlock.WithoutRenewal())
+	mustAcquire(t, mk("reader-gone"), "ins", dlock.WithShared(), dlock.WithTTL(200*time.Millisecond), dlock.WithoutRenewal())
 	writer := acquireAsync(mk("writer"), "ins", dlock.WithWait(5*time.Second))
 	waitFor(t, "writer in line", func() bool { return queued(rdb, "ins") == 1 })
-	reader := acquireAsync(mk("reader-3"), "ins", dlock.Shared(), dlock.WithWait(5*time.Second))
+	reader := acquireAsync(mk("reader-3"), "ins", dlock.WithShared(), dlock.WithWait(5*time.Second))
 	waitFor(t, "reader in line", func() bool { return queued(rdb, "ins") == 2 })
 	time.Sleep(300 * time.Millisecond)
 

@@ -61,7 +61,7 @@ func parallelCycles(b *testing.B, c *dlock.Client) {
 }
 
 // BenchmarkSemaphore measures one uncontended permit: TryAcquire and
-// Release of Permits(8), beside BenchmarkTryAcquireRelease's exclusive lock.
+// Release of WithPermits(8), beside BenchmarkTryAcquireRelease's exclusive lock.
 // "held7" takes a permit while 7 others are held: the scripts read the
 // permits zset, whose size is the cost that grows with n.
 func BenchmarkSemaphore(b *testing.B) {
@@ -70,7 +70,7 @@ func BenchmarkSemaphore(b *testing.B) {
 	cycle := func(b *testing.B, name string) {
 		b.ReportAllocs()
 		for b.Loop() {
-			l, err := c.TryAcquire(bg, name, dlock.Permits(8))
+			l, err := c.TryAcquire(bg, name, dlock.WithPermits(8))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -82,7 +82,7 @@ func BenchmarkSemaphore(b *testing.B) {
 	b.Run("free", func(b *testing.B) { cycle(b, "sem-free") })
 	b.Run("held7", func(b *testing.B) {
 		for range 7 {
-			l, err := c.TryAcquire(bg, "sem-held", dlock.Permits(8), dlock.WithTTL(time.Minute))
+			l, err := c.TryAcquire(bg, "sem-held", dlock.WithPermits(8), dlock.WithTTL(time.Minute))
 			if err != nil {
 				b.Fatal(err)
 			}

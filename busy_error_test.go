@@ -41,8 +41,8 @@ func contains(t *testing.T, what, msg string, wants ...string) {
 func TestBusyErrorNamesTheHolder(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	holders := newLocker(t, rdb, dlock.WithOwner("billing-worker-7"))
-	other := newLocker(t, rdb, dlock.WithOwner("someone-else"))
+	holders := newLocker(t, rdb, dlock.WithDefaultOwner("billing-worker-7"))
+	other := newLocker(t, rdb, dlock.WithDefaultOwner("someone-else"))
 
 	t.Run("exclusive", func(t *testing.T) {
 		h := mustAcquire(t, holders, "invoice", dlock.WithTTL(30*time.Second))
@@ -82,7 +82,7 @@ func TestBusyErrorNamesTheHolder(t *testing.T) {
 
 	t.Run("shared", func(t *testing.T) {
 		for range 2 {
-			r := mustAcquire(t, holders, "catalog", dlock.Shared())
+			r := mustAcquire(t, holders, "catalog", dlock.WithShared())
 			defer func() { _ = r.Release(bg) }()
 		}
 		e, msg := busyOf(t, other, "catalog")
@@ -94,14 +94,14 @@ func TestBusyErrorNamesTheHolder(t *testing.T) {
 
 	t.Run("semaphore", func(t *testing.T) {
 		for range 2 {
-			p := mustAcquire(t, holders, "pool", dlock.Permits(2))
+			p := mustAcquire(t, holders, "pool", dlock.WithPermits(2))
 			defer func() { _ = p.Release(bg) }()
 		}
-		e, msg := busyOf(t, other, "pool", dlock.Permits(2))
+		e, msg := busyOf(t, other, "pool", dlock.WithPermits(2))
 		if e.Kind != dlock.KindSemaphore || e.Held != 2 || e.Permits != 2 || e.Self {
 			t.Errorf("busy error fields: %+v", *e)
 		}
-		contains(t, "busy error of a full semaphore", msg, "all 2 of Permits(2) held")
+		contains(t, "busy error of a full semaphore", msg, "all 2 of WithPermits(2) held")
 	})
 
 	t.Run("min hold", func(t *testing.T) {

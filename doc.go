@@ -33,10 +33,10 @@
 //
 // # Read-write locks
 //
-// Shared makes an acquisition a read lock: readers hold a name together,
-// never beside a writer (an acquisition without Shared). A reader is a Lock
+// WithShared makes an acquisition a read lock: readers hold a name together,
+// never beside a writer (an acquisition without WithShared). A reader is a Lock
 // like any other, with its own token, lease, renewal, loss and fence. A
-// waiting writer keeps new readers out (SkipWaitingWriters lets a reader
+// waiting writer keeps new readers out (WithoutWriterPriority lets a reader
 // past it, at the risk of starving writers), and the writer's release, or
 // the last reader's, hands the name to the next writer or to every reader
 // in line up to it. As with sync.RWMutex, a reader must not take the same
@@ -89,11 +89,11 @@
 //
 // # Semaphores
 //
-// Permits(n) makes an acquisition take one of n permits of a name: up to n
+// WithPermits(n) makes an acquisition take one of n permits of a name: up to n
 // holders at once, each permit its own lease on the server clock, freed
 // permits handed to the first live waiters in line (FIFO). All holders of a
 // name must agree on n, and a name is a semaphore or an exclusive lock at a
-// time (ErrMismatch); see Permits for the limits and what a permit's fence
+// time (ErrMismatch); see WithPermits for the limits and what a permit's fence
 // means.
 //
 // # Data in Redis

@@ -225,12 +225,12 @@ type NotObtainedError struct {
 	//
 	// Kind is KindExclusive, KindShared (Readers readers hold it) or
 	// KindSemaphore (Held of its Permits permits are held). Owner is the
-	// exclusive holder's owner text (WithOwner; host/pid by default). MinHold:
+	// exclusive holder's owner text (WithDefaultOwner; host/pid by default). MinHold:
 	// the holder released it before its min hold (WithMinHold), and the name
 	// is kept, renewed by nobody, until HolderTTL ends. Waiters is how many
 	// wait in line in Redis, this attempt included when it waited. Self: the
-	// holder's owner text is the one this attempt writes (WithOwner,
-	// WithAcquireOwner; by default this host and process), so the holder may
+	// holder's owner text is the one this attempt writes (WithDefaultOwner,
+	// WithOwner; by default this host and process), so the holder may
 	// be this very process: locks are not re-entrant (see WithReentry), and
 	// an Acquire of a name its caller holds waits until that is released.
 	Kind          string
@@ -294,7 +294,7 @@ func (e *NotObtainedError) holderText() string {
 	case KindShared:
 		return fmt.Sprintf("held by %s (a shared lock; the last lease ends in %v unless renewed while they work)", readersText(e.Readers), left)
 	case KindSemaphore:
-		return fmt.Sprintf("all %d of Permits(%d) held (a semaphore; the first lease ends in %v unless renewed)", e.Held, e.Permits, left)
+		return fmt.Sprintf("all %d of WithPermits(%d) held (a semaphore; the first lease ends in %v unless renewed)", e.Held, e.Permits, left)
 	}
 	who := "another owner"
 	if e.Owner != "" {

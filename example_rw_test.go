@@ -12,7 +12,7 @@ import (
 
 // A writer waits for a reader; a new reader is kept out behind it, unless it
 // skips waiting writers.
-func ExampleSkipWaitingWriters() {
+func ExampleWithoutWriterPriority() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
@@ -20,7 +20,7 @@ func ExampleSkipWaitingWriters() {
 	defer readers.Close(ctx)
 	defer writers.Close(ctx)
 
-	r, _ := readers.TryAcquire(ctx, "prices", dlock.Shared())
+	r, _ := readers.TryAcquire(ctx, "prices", dlock.WithShared())
 	got := make(chan dlock.Lock, 1)
 	go func() {
 		w, _ := writers.Acquire(ctx, "prices", dlock.WithWait(5*time.Second))
@@ -30,9 +30,9 @@ func ExampleSkipWaitingWriters() {
 		time.Sleep(time.Millisecond)
 	}
 
-	_, err := readers.TryAcquire(ctx, "prices", dlock.Shared())
+	_, err := readers.TryAcquire(ctx, "prices", dlock.WithShared())
 	fmt.Println("new reader behind a waiting writer:", err != nil)
-	late, err := readers.TryAcquire(ctx, "prices", dlock.Shared(), dlock.SkipWaitingWriters())
+	late, err := readers.TryAcquire(ctx, "prices", dlock.WithShared(), dlock.WithoutWriterPriority())
 	fmt.Println("reader that skips it:", err == nil)
 
 	_ = late.Release(ctx)
@@ -51,13 +51,13 @@ func ExampleReaderInfo() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
-	a := dlock.MustNew(rdb, dlock.WithOwner("indexer-1"))
-	b := dlock.MustNew(rdb, dlock.WithOwner("indexer-2"))
+	a := dlock.MustNew(rdb, dlock.WithDefaultOwner("indexer-1"))
+	b := dlock.MustNew(rdb, dlock.WithDefaultOwner("indexer-2"))
 	defer a.Close(ctx)
 	defer b.Close(ctx)
 
-	ra, _ := a.TryAcquire(ctx, "index", dlock.Shared(), dlock.WithTTL(time.Minute))
-	rb, _ := b.TryAcquire(ctx, "index", dlock.Shared(), dlock.WithTTL(time.Minute))
+	ra, _ := a.TryAcquire(ctx, "index", dlock.WithShared(), dlock.WithTTL(time.Minute))
+	rb, _ := b.TryAcquire(ctx, "index", dlock.WithShared(), dlock.WithTTL(time.Minute))
 	defer ra.Release(ctx)
 	defer rb.Release(ctx)
 

@@ -259,15 +259,15 @@ func ExampleWithReentry() {
 
 // Readers share a name; a writer waits for them, and while it waits, new
 // readers wait behind it.
-func ExampleShared() {
+func ExampleWithShared() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
 	locker := dlock.MustNew(rdb)
 	defer locker.Close(ctx)
 
-	r1, _ := locker.TryAcquire(ctx, "catalog", dlock.Shared())
-	r2, err := locker.TryAcquire(ctx, "catalog", dlock.Shared())
+	r1, _ := locker.TryAcquire(ctx, "catalog", dlock.WithShared())
+	r2, err := locker.TryAcquire(ctx, "catalog", dlock.WithShared())
 	fmt.Println("two readers at once:", err == nil)
 
 	_, err = locker.TryAcquire(ctx, "catalog")

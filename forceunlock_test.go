@@ -74,9 +74,9 @@ func TestForceUnlockReaders(t *testing.T) {
 	c, _, srv := setup(t)
 	cs := newClients(t, srv, 3)
 	ttl := dlock.WithTTL(600 * time.Millisecond)
-	a := mustAcquire(t, cs[0], "fu", dlock.Shared(), ttl)
-	b := mustAcquire(t, cs[1], "fu", dlock.Shared(), ttl)
-	d := mustAcquire(t, cs[2], "fu", dlock.Shared(), ttl)
+	a := mustAcquire(t, cs[0], "fu", dlock.WithShared(), ttl)
+	b := mustAcquire(t, cs[1], "fu", dlock.WithShared(), ttl)
+	d := mustAcquire(t, cs[2], "fu", dlock.WithShared(), ttl)
 	if _, err := c.ForceUnlock(bg, "fu", a.Token()); err != nil {
 		t.Fatalf("force unlock of one reader: %v", err)
 	}
@@ -129,7 +129,7 @@ func TestForceUnlockResentReportsSuccess(t *testing.T) {
 		}
 	})
 	t.Run("reader", func(t *testing.T) {
-		l, err := holder.TryAcquire(bg, "forced-resend-r", dlock.Shared())
+		l, err := holder.TryAcquire(bg, "forced-resend-r", dlock.WithShared())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestForceUnlockByMarkerResentReportsSuccess(t *testing.T) {
 	holder := newLocker(t, rdb)
 
 	const name = "forced-resend-marker"
-	l, err := holder.TryAcquire(bg, name, dlock.Shared())
+	l, err := holder.TryAcquire(bg, name, dlock.WithShared())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,8 +187,8 @@ func TestForceUnlockBetweenResendsStaysForced(t *testing.T) {
 		opts []dlock.AcquireOption
 	}{
 		{"fb-exclusive", nil},
-		{"fb-reader", []dlock.AcquireOption{dlock.Shared()}},
-		{"fb-permit", []dlock.AcquireOption{dlock.Permits(2)}},
+		{"fb-reader", []dlock.AcquireOption{dlock.WithShared()}},
+		{"fb-permit", []dlock.AcquireOption{dlock.WithPermits(2)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			forced := ""
@@ -246,7 +246,7 @@ func TestForceUnlockByMarkerBetweenResendsStaysForced(t *testing.T) {
 		}
 	}
 	hook.between.Store(&force)
-	l, err := holder.TryAcquire(bg, name, dlock.Shared())
+	l, err := holder.TryAcquire(bg, name, dlock.WithShared())
 	hook.between.Store(nil)
 	if err == nil {
 		defer l.Release(bg)

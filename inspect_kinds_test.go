@@ -22,8 +22,8 @@ func TestInspectKindsDoubleAsClient(t *testing.T) {
 		readers, held int
 	}{
 		{"ik:x", nil, dlock.KindExclusive, 0, 0},
-		{"ik:r", []dlock.AcquireOption{dlock.Shared()}, dlock.KindShared, 1, 0},
-		{"ik:s", []dlock.AcquireOption{dlock.Permits(2)}, dlock.KindSemaphore, 0, 1},
+		{"ik:r", []dlock.AcquireOption{dlock.WithShared()}, dlock.KindShared, 1, 0},
+		{"ik:s", []dlock.AcquireOption{dlock.WithPermits(2)}, dlock.KindSemaphore, 0, 1},
 	} {
 		for _, l := range []interface {
 			dlock.Locker
@@ -65,7 +65,7 @@ func TestInspectQueueDoubleAsClient(t *testing.T) {
 		dlock.Locker
 		Inspect(ctx context.Context, name string) (dlock.LockInfo, error)
 	}{c, d} {
-		lk, err := l.TryAcquire(bg, "ik:q", dlock.WithAcquireOwner("holder"))
+		lk, err := l.TryAcquire(bg, "ik:q", dlock.WithOwner("holder"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,10 +74,10 @@ func TestInspectQueueDoubleAsClient(t *testing.T) {
 		for _, w := range []struct {
 			owner string
 			opts  []dlock.AcquireOption
-		}{{"first", nil}, {"second", []dlock.AcquireOption{dlock.Shared()}}} {
+		}{{"first", nil}, {"second", []dlock.AcquireOption{dlock.WithShared()}}} {
 			go func() {
 				defer func() { done <- struct{}{} }()
-				opts := append([]dlock.AcquireOption{dlock.WithAcquireOwner(w.owner), dlock.WithWait(20 * time.Second)}, w.opts...)
+				opts := append([]dlock.AcquireOption{dlock.WithOwner(w.owner), dlock.WithWait(20 * time.Second)}, w.opts...)
 				if l, err := l.Acquire(ctx, "ik:q", opts...); err == nil {
 					_ = l.Release(bg)
 				}

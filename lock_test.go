@@ -25,7 +25,7 @@ func mustAcquire(t *testing.T, c *dlock.Client, name string, opts ...dlock.Acqui
 }
 
 func TestDataModel(t *testing.T) {
-	c, rdb, _ := setup(t, dlock.WithOwner("worker-7"))
+	c, rdb, _ := setup(t, dlock.WithDefaultOwner("worker-7"))
 	l := mustAcquire(t, c, "order:42", dlock.WithTTL(2*time.Second))
 	h, err := rdb.HGetAll(bg, "dlock:{order:42}").Result()
 	if err != nil {

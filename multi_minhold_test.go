@@ -41,7 +41,7 @@ func TestPermitOnKeptNameDouble(t *testing.T) {
 		if err := lk.Release(bg); err != nil {
 			t.Fatal(err)
 		}
-		if p, err := l.TryAcquire(bg, "mh:kept", dlock.Permits(2)); p != nil || !errors.Is(err, dlock.ErrMismatch) {
+		if p, err := l.TryAcquire(bg, "mh:kept", dlock.WithPermits(2)); p != nil || !errors.Is(err, dlock.ErrMismatch) {
 			t.Errorf("%T: a permit of a name kept for its min hold: %v, %v; want ErrMismatch", l, p, err)
 		}
 	}

@@ -45,7 +45,13 @@ const (
 	DefaultBatchDepth = 4
 )
 
-// An Option configures a Client. Options are applied in order by New.
+// An Option configures a Client: given to New, applied in order. Its
+// sibling, AcquireOption, configures one acquisition: given to Acquire,
+// TryAcquire or Do. The names follow one rule: an option is With followed by
+// what it sets (WithTTL, WithPermits), or Without followed by the default it
+// turns off (WithoutRenewal); and a Client option whose value an acquisition
+// can override says Default (WithDefaultTTL beside the per-call WithTTL,
+// WithDefaultOwner beside WithOwner).
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
@@ -121,9 +127,9 @@ func WithTTLBounds(lo, hi time.Duration) Option {
 	})
 }
 
-// WithOwner sets the free text stored with every lock as its owner, shown by
+// WithDefaultOwner sets the free text stored with every lock as its owner, shown by
 // the CLI and the admin view (default "hostname/pid").
-func WithOwner(owner string) Option {
+func WithDefaultOwner(owner string) Option {
 	return optionFunc(func(c *config) { c.owner = owner })
 }
 
@@ -153,7 +159,10 @@ func WithFenceLifetime(d time.Duration) Option {
 	})
 }
 
-// An AcquireOption configures one acquisition.
+// An AcquireOption configures one acquisition: given to Acquire, TryAcquire
+// or Do. Options that configure the Client itself, and the defaults an
+// AcquireOption overrides (WithDefaultTTL for WithTTL, WithDefaultOwner for
+// WithOwner), are Options, given to New; the naming rule is on Option.
 type AcquireOption interface{ applyAcquire(*acquireConfig) }
 
 type acquireOptionFunc func(*acquireConfig)
@@ -175,10 +184,10 @@ type acquireConfig struct {
 	holdWarn    time.Duration // WithHoldWarning; 0: none
 	holdWarnSet bool          // WithHoldWarning was given; else DefaultHoldWarningTTLs × TTL
 
-	owner string // WithAcquireOwner; "" for the Locker's own
+	owner string // WithOwner; "" for the Locker's own
 
 	shared      bool // Shared: a read lock (rw.go)
-	skipWriters bool // SkipWaitingWriters
+	skipWriters bool // WithoutWriterPriority
 
 	semaphore bool // Permits was given: take one of permits
 	permits   int
@@ -226,7 +235,7 @@ func WithMaxHold(d time.Duration) AcquireOption {
 // released when the last of its handles, the first acquisition included, is
 // released, in whatever order. Other options of a nested acquisition are
 // ignored: the lock is already held on the outer acquisition's terms; but
-// its kind must be covered: a read (Shared) may share a write lock, while a
+// its kind must be covered: a read (WithShared) may share a write lock, while a
 // write under a read lock, a lock under a permit (Permits) or another
 // number of permits is refused with ErrReentrant.
 //
@@ -297,12 +306,12 @@ type AcquireSettings struct {
 	// HoldWarning is when a hold is reported as long: WithHoldWarning's, or
 	// DefaultHoldWarningTTLs times the TTL; 0: never.
 	HoldWarning time.Duration
-	// Owner is WithAcquireOwner's text; "" means the Locker's own.
+	// Owner is WithOwner's text; "" means the Locker's own.
 	Owner string
-	// Shared is Shared's: a read lock. A Locker without read locks
-	// refuses it with ErrInvalidOption; SkipWriters is SkipWaitingWriters'.
+	// Shared is WithShared's: a read lock. A Locker without read locks
+	// refuses it with ErrInvalidOption; SkipWriters is WithoutWriterPriority's.
 	Shared, SkipWriters bool
-	// Permits is Permits' n: the acquisition takes one of n permits of the
+	// Permits is WithPermits' n: the acquisition takes one of n permits of the
 	// name. 0 for an exclusive lock. A Locker without semaphores refuses a
 	// non-zero value with ErrInvalidOption.
 	Permits int

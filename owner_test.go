@@ -17,18 +17,18 @@ type inspector interface {
 	Inspect(ctx context.Context, name string) (dlock.LockInfo, error)
 }
 
-// WithAcquireOwner's text is the holder's, on a plain grant and on a lock
+// WithOwner's text is the holder's, on a plain grant and on a lock
 // handed over by a release to a waiter that asked for it; without it, the
 // Locker's own.
 func TestWithAcquireOwner(t *testing.T) {
 	_, rdb, _ := setup(t)
-	c := newLocker(t, rdb, dlock.WithOwner("client-owner"))
+	c := newLocker(t, rdb, dlock.WithDefaultOwner("client-owner"))
 	double := dlocktest.MustNew()
 	t.Cleanup(func() { _ = double.Close(bg) })
 	for name, l := range map[string]dlock.Locker{"redis": c, "dlocktest": double} {
 		t.Run(name, func(t *testing.T) {
 			in := l.(inspector)
-			first, err := l.Acquire(bg, "owned", dlock.WithAcquireOwner("first"))
+			first, err := l.Acquire(bg, "owned", dlock.WithOwner("first"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -37,7 +37,7 @@ func TestWithAcquireOwner(t *testing.T) {
 			}
 			got := make(chan dlock.Lock, 1)
 			go func() {
-				l, _ := l.Acquire(bg, "owned", dlock.WithAcquireOwner("second"), dlock.WithWait(5*time.Second))
+				l, _ := l.Acquire(bg, "owned", dlock.WithOwner("second"), dlock.WithWait(5*time.Second))
 				got <- l
 			}()
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -67,21 +67,21 @@ func TestWithAcquireOwner(t *testing.T) {
 				want = "dlocktest"
 			}
 			if info, _ := in.Inspect(bg, "plain"); info.Owner != want {
-				t.Fatalf("without WithAcquireOwner the owner is %q; want %q", info.Owner, want)
+				t.Fatalf("without WithOwner the owner is %q; want %q", info.Owner, want)
 			}
 		})
 	}
 }
 
 // Several workers share one Client; each acquisition says which one holds.
-func ExampleWithAcquireOwner() {
+func ExampleWithOwner() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
-	locker := dlock.MustNew(rdb, dlock.WithOwner("billing"))
+	locker := dlock.MustNew(rdb, dlock.WithDefaultOwner("billing"))
 	defer locker.Close(ctx)
 
-	lock, _ := locker.Acquire(ctx, "invoice:7", dlock.WithAcquireOwner(locker.Owner()+"/worker-3"))
+	lock, _ := locker.Acquire(ctx, "invoice:7", dlock.WithOwner(locker.Owner()+"/worker-3"))
 	defer lock.Release(ctx)
 	info, _ := locker.Inspect(ctx, "invoice:7")
 	fmt.Println(info.Owner)

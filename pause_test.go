@@ -450,7 +450,7 @@ func pauseWorker(rdb *redis.Client) int {
 			return nil
 		}})
 	}
-	c := dlock.MustNew(rdb, dlock.WithOwner("w"+os.Getenv("WORKER")))
+	c := dlock.MustNew(rdb, dlock.WithDefaultOwner("w"+os.Getenv("WORKER")))
 	defer c.Close(bg)
 	// The test closes stdin to stop the worker, and so does a test binary
 	// that dies; the timeout bounds the worker whatever happens.

@@ -23,7 +23,7 @@ func TestContextOfLeaseOverIsEndedAtOnce(t *testing.T) {
 	c := standaloneClient(t)
 	// Without renewal (pausedLock): a renewal would move the deadline, as
 	// it should.
-	for _, opts := range [][]AcquireOption{nil, {Permits(3)}} {
+	for _, opts := range [][]AcquireOption{nil, {WithPermits(3)}} {
 		const ttl = 300 * time.Millisecond
 		l := pausedLock(t, c, "paused", ttl, opts...)
 		ctx := l.Context()

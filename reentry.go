@@ -92,9 +92,9 @@ func Reenter(ctx context.Context, name string, s AcquireSettings, mine func(Lock
 func (r *reentry) covers(s AcquireSettings) string {
 	switch {
 	case r.permits != s.Permits:
-		return fmt.Sprintf("it holds Permits(%d) and this acquisition asks Permits(%d); re-entry shares only the same kind", r.permits, s.Permits)
+		return fmt.Sprintf("it holds WithPermits(%d) and this acquisition asks WithPermits(%d); re-entry shares only the same kind", r.permits, s.Permits)
 	case r.shared && !s.Shared:
-		return "it holds a read lock (Shared), and a nested write acquisition would write beside other readers"
+		return "it holds a read lock (WithShared), and a nested write acquisition would write beside other readers"
 	}
 	return ""
 }

@@ -2,9 +2,9 @@ package dlock
 
 import "github.com/dlock-go/dlock/internal/node"
 
-// Shared makes the acquisition a read lock on the name: any number of
+// WithShared makes the acquisition a read lock on the name: any number of
 // shared holders at once, none while an exclusive holder (an acquisition
-// without Shared) has it; like flock -s beside flock -x on one file.
+// without WithShared) has it; like flock -s beside flock -x on one file.
 //
 // A shared Lock is a Lock like any other: its own token and lease, renewed
 // by the client's one renewal loop, its context ended when it is lost, and
@@ -12,7 +12,7 @@ import "github.com/dlock-go/dlock/internal/node"
 //
 // Writers go first: a reader does not join a name that readers hold while a
 // live writer waits in line ahead of it, so a steady stream of readers
-// cannot keep a writer out for ever. SkipWaitingWriters lifts that rule.
+// cannot keep a writer out for ever. WithoutWriterPriority lifts that rule.
 // When the writer (or the last reader) lets go, the first live waiter gets
 // the name; if that is a reader, so does every live reader behind it up to
 // the next writer, in the same step.
@@ -21,18 +21,18 @@ import "github.com/dlock-go/dlock/internal/node"
 // acquisition of the name like a writer's, but readers hold the name
 // together, so a reader's fence orders it against writers, not against the
 // other readers.
-func Shared() AcquireOption {
+func WithShared() AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.shared = true })
 }
 
-// SkipWaitingWriters lets a reader (with Shared) join readers that hold the
+// WithoutWriterPriority lets a reader (with WithShared) join readers that hold the
 // name even while writers wait in line: reads are never held up by a writer
 // that waits. The cost is that writers can starve: as long as readers keep
 // overlapping, the name never becomes free and a waiting writer waits until
 // its wait limit. Use it only where reads are short and sparse, or where a
-// late write is acceptable. Without Shared it is refused with
+// late write is acceptable. Without WithShared it is refused with
 // ErrInvalidOption.
-func SkipWaitingWriters() AcquireOption {
+func WithoutWriterPriority() AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.skipWriters = true })
 }
 

@@ -22,7 +22,7 @@ func BenchmarkShared(b *testing.B) {
 		b.SetParallelism(8)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				l, err := c.TryAcquire(bg, "bench-shared", dlock.Shared())
+				l, err := c.TryAcquire(bg, "bench-shared", dlock.WithShared())
 				if err != nil {
 					b.Error(err)
 					return
@@ -51,7 +51,7 @@ func BenchmarkShared(b *testing.B) {
 			for pb.Next() {
 				opts := []dlock.AcquireOption{dlock.WithWait(5 * time.Second)}
 				if n.Add(1)%10 != 0 {
-					opts = append(opts, dlock.Shared())
+					opts = append(opts, dlock.WithShared())
 				}
 				l, err := c.Acquire(bg, "bench-mixed", opts...)
 				if err != nil {

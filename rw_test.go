@@ -31,8 +31,8 @@ func notObtained(t *testing.T, what string, err error) {
 func TestSharedReadersCoexistWriterExcludes(t *testing.T) {
 	_, rdb, srv := setup(t)
 	cs := newClients(t, srv, 3)
-	r1 := mustAcquire(t, cs[0], "rw", dlock.Shared(), dlock.WithTTL(5*time.Second))
-	r2 := mustAcquire(t, cs[1], "rw", dlock.Shared(), dlock.WithTTL(5*time.Second))
+	r1 := mustAcquire(t, cs[0], "rw", dlock.WithShared(), dlock.WithTTL(5*time.Second))
+	r2 := mustAcquire(t, cs[1], "rw", dlock.WithShared(), dlock.WithTTL(5*time.Second))
 	if r2.Fence() <= r1.Fence() {
 		t.Fatalf("reader fences %d then %d: a later grant must have a larger fence", r1.Fence(), r2.Fence())
 	}
@@ -63,7 +63,7 @@ func TestSharedReadersCoexistWriterExcludes(t *testing.T) {
 	if w.Fence() <= r2.Fence() {
 		t.Fatalf("writer fence %d not above the readers' %d", w.Fence(), r2.Fence())
 	}
-	_, err = cs[0].TryAcquire(bg, "rw", dlock.Shared())
+	_, err = cs[0].TryAcquire(bg, "rw", dlock.WithShared())
 	notObtained(t, "reader while a writer holds", err)
 	if err := w.Release(bg); err != nil {
 		t.Fatal(err)
@@ -73,18 +73,18 @@ func TestSharedReadersCoexistWriterExcludes(t *testing.T) {
 func TestSharedWaitingWriterBlocksNewReaders(t *testing.T) {
 	_, rdb, srv := setup(t)
 	cs := newClients(t, srv, 4)
-	r1 := mustAcquire(t, cs[0], "wq", dlock.Shared(), dlock.WithTTL(5*time.Second))
+	r1 := mustAcquire(t, cs[0], "wq", dlock.WithShared(), dlock.WithTTL(5*time.Second))
 	writer := acquireAsync(cs[1], "wq", dlock.WithTTL(5*time.Second), dlock.WithWait(8*time.Second))
 	waitFor(t, "the writer in line", func() bool { return queued(rdb, "wq") == 1 })
 
-	_, err := cs[2].TryAcquire(bg, "wq", dlock.Shared())
+	_, err := cs[2].TryAcquire(bg, "wq", dlock.WithShared())
 	notObtained(t, "new reader behind a waiting writer", err)
 	// A waiting reader lines up behind the writer, too.
-	reader := acquireAsync(cs[2], "wq", dlock.Shared(), dlock.WithTTL(5*time.Second), dlock.WithWait(8*time.Second))
+	reader := acquireAsync(cs[2], "wq", dlock.WithShared(), dlock.WithTTL(5*time.Second), dlock.WithWait(8*time.Second))
 	waitFor(t, "the reader in line", func() bool { return queued(rdb, "wq") == 2 })
 
 	// The documented way round the writer.
-	skip := mustAcquire(t, cs[3], "wq", dlock.Shared(), dlock.SkipWaitingWriters())
+	skip := mustAcquire(t, cs[3], "wq", dlock.WithShared(), dlock.WithoutWriterPriority())
 	if err := skip.Release(bg); err != nil {
 		t.Fatal(err)
 	}
@@ -132,12 +132,12 @@ func TestSharedBatchHandOff(t *testing.T) {
 	w := mustAcquire(t, cs[0], "batch", long)
 	var readers []<-chan acquired
 	for i, c := range cs[1:4] {
-		readers = append(readers, acquireAsync(c, "batch", dlock.Shared(), long, wait))
+		readers = append(readers, acquireAsync(c, "batch", dlock.WithShared(), long, wait))
 		waitFor(t, "reader in line", func() bool { return queued(rdb, "batch") == int64(i+1) })
 	}
 	writer2 := acquireAsync(cs[4], "batch", long, wait)
 	waitFor(t, "second writer in line", func() bool { return queued(rdb, "batch") == 4 })
-	late := acquireAsync(cs[5], "batch", dlock.Shared(), long, wait)
+	late := acquireAsync(cs[5], "batch", dlock.WithShared(), long, wait)
 	waitFor(t, "late reader in line", func() bool { return queued(rdb, "batch") == 5 })
 
 	released := time.Now()
@@ -261,9 +261,9 @@ func TestSharedCrashedReaderLapses(t *testing.T) {
 	_, _, srv := setup(t)
 	cs := newClients(t, srv, 3)
 	// The crashed reader: nobody renews it, nobody releases it.
-	crashed := mustAcquire(t, cs[0], "lapse", dlock.Shared(), dlock.WithTTL(600*time.Millisecond), dlock.WithoutRenewal())
+	crashed := mustAcquire(t, cs[0], "lapse", dlock.WithShared(), dlock.WithTTL(600*time.Millisecond), dlock.WithoutRenewal())
 	// A live reader with a long lease, which leaves early.
-	live := mustAcquire(t, cs[1], "lapse", dlock.Shared(), dlock.WithTTL(5*time.Second))
+	live := mustAcquire(t, cs[1], "lapse", dlock.WithShared(), dlock.WithTTL(5*time.Second))
 	acquiredAt := time.Now()
 	writer := acquireAsync(cs[2], "lapse", dlock.WithTTL(5*time.Second), dlock.WithWait(8*time.Second))
 	time.Sleep(100 * time.Millisecond)
@@ -335,7 +335,7 @@ func TestSharedResentAcquireAndRelease(t *testing.T) {
 	a := newLocker(t, twice)
 	b := newLocker(t, rdb)
 
-	r, err := a.TryAcquire(bg, "rsend", dlock.Shared())
+	r, err := a.TryAcquire(bg, "rsend", dlock.WithShared())
 	if err != nil {
 		t.Fatalf("re-sent shared acquire: %v", err)
 	}
@@ -372,11 +372,11 @@ func TestSharedResentAcquireAndRelease(t *testing.T) {
 	}
 
 	// Two readers; one's release is sent twice: the other stays a holder.
-	r1, err := a.TryAcquire(bg, "rsend", dlock.Shared())
+	r1, err := a.TryAcquire(bg, "rsend", dlock.WithShared())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2 := mustAcquire(t, b, "rsend", dlock.Shared())
+	r2 := mustAcquire(t, b, "rsend", dlock.WithShared())
 	if err := r1.Release(bg); err != nil {
 		t.Fatalf("re-sent release: %v", err)
 	}
@@ -395,7 +395,7 @@ func TestSharedStaleBatchMessageIgnored(t *testing.T) {
 	c, rdb, srv := setup(t)
 	w := mustAcquire(t, c, "stale", dlock.WithTTL(5*time.Second))
 	reader := newClients(t, srv, 1)[0]
-	res := acquireAsync(reader, "stale", dlock.Shared(), dlock.WithTTL(5*time.Second), dlock.WithWait(8*time.Second))
+	res := acquireAsync(reader, "stale", dlock.WithShared(), dlock.WithTTL(5*time.Second), dlock.WithWait(8*time.Second))
 	waitFor(t, "reader in line", func() bool { return queued(rdb, "stale") == 1 })
 	tok := rdb.ZRange(bg, "dlock:{stale}:q", 0, 0).Val()[0]
 	id, _, _ := strings.Cut(rdb.HGet(bg, "dlock:{stale}:qd", tok).Val(), "|")
@@ -433,15 +433,15 @@ func TestSharedBatchTwoReadersOfOneClient(t *testing.T) {
 	msgs := ps.Channel()
 	long, wait := dlock.WithTTL(10*time.Second), dlock.WithWait(8*time.Second)
 	w := mustAcquire(t, cs[0], "two", long)
-	a1 := acquireAsync(cs[1], "two", dlock.Shared(), long, wait)
+	a1 := acquireAsync(cs[1], "two", dlock.WithShared(), long, wait)
 	waitFor(t, "first reader in line", func() bool { return queued(rdb, "two") == 1 })
-	a2 := acquireAsync(cs[1], "two", dlock.Shared(), long, wait)
+	a2 := acquireAsync(cs[1], "two", dlock.WithShared(), long, wait)
 	// A reader of the same client lines up in Redis too (give it 1s).
 	for deadline := time.Now().Add(time.Second); queued(rdb, "two") < 2 && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
 	}
 	n := queued(rdb, "two")
-	b1 := acquireAsync(cs[2], "two", dlock.Shared(), long, wait)
+	b1 := acquireAsync(cs[2], "two", dlock.WithShared(), long, wait)
 	waitFor(t, "other client's reader in line", func() bool { return queued(rdb, "two") == n+1 })
 	w2 := acquireAsync(cs[3], "two", long, wait)
 	waitFor(t, "second writer in line", func() bool { return queued(rdb, "two") == n+2 })

@@ -41,7 +41,7 @@ func TestSemaphoreNHoldersAndTheNextWaits(t *testing.T) {
 	const n = 3
 	var held []dlock.Lock
 	for i := range n {
-		l, err := clients[i].TryAcquire(bg, "pool", dlock.Permits(n), dlock.WithTTL(10*time.Second))
+		l, err := clients[i].TryAcquire(bg, "pool", dlock.WithPermits(n), dlock.WithTTL(10*time.Second))
 		if err != nil {
 			t.Fatalf("permit %d of %d: %v", i+1, n, err)
 		}
@@ -55,14 +55,14 @@ func TestSemaphoreNHoldersAndTheNextWaits(t *testing.T) {
 			t.Fatalf("fences %d then %d: not growing", held[i-1].Fence(), held[i].Fence())
 		}
 	}
-	_, err := clients[3].TryAcquire(bg, "pool", dlock.Permits(n))
+	_, err := clients[3].TryAcquire(bg, "pool", dlock.WithPermits(n))
 	var busy *dlock.NotObtainedError
 	if !errors.As(err, &busy) || busy.HolderTTL <= 0 || busy.HolderTTL > 10*time.Second {
 		t.Fatalf("4th of 3 permits: %v, want ErrNotObtained with the earliest lease end", err)
 	}
 	got := make(chan dlock.Lock, 1)
 	go func() {
-		l, err := clients[3].Acquire(bg, "pool", dlock.Permits(n), dlock.WithWait(5*time.Second))
+		l, err := clients[3].Acquire(bg, "pool", dlock.WithPermits(n), dlock.WithWait(5*time.Second))
 		if err != nil {
 			t.Error(err)
 		}
@@ -104,8 +104,8 @@ func TestSemaphoreHandOffInArrivalOrder(t *testing.T) {
 	c, rdb, srv := setup(t)
 	const n = 2
 	first := []dlock.Lock{
-		mustAcquire(t, c, "sfifo", dlock.Permits(n), dlock.WithTTL(10*time.Second)),
-		mustAcquire(t, c, "sfifo", dlock.Permits(n), dlock.WithTTL(10*time.Second)),
+		mustAcquire(t, c, "sfifo", dlock.WithPermits(n), dlock.WithTTL(10*time.Second)),
+		mustAcquire(t, c, "sfifo", dlock.WithPermits(n), dlock.WithTTL(10*time.Second)),
 	}
 	const waiters = 5
 	clients := newClients(t, srv, waiters)
@@ -119,7 +119,7 @@ func TestSemaphoreHandOffInArrivalOrder(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, w := range clients {
 		wg.Go(func() {
-			l, err := w.Acquire(bg, "sfifo", dlock.Permits(n), dlock.WithWait(30*time.Second), dlock.WithTTL(10*time.Second))
+			l, err := w.Acquire(bg, "sfifo", dlock.WithPermits(n), dlock.WithWait(30*time.Second), dlock.WithTTL(10*time.Second))
 			if err != nil {
 				t.Error(err)
 				return
@@ -154,11 +154,11 @@ func TestSemaphoreHandOffInArrivalOrder(t *testing.T) {
 // to run first.
 func TestSemaphoreNewcomerDoesNotOvertake(t *testing.T) {
 	c, rdb, srv := setup(t)
-	holder := mustAcquire(t, c, "over", dlock.Permits(1), dlock.WithTTL(10*time.Second))
+	holder := mustAcquire(t, c, "over", dlock.WithPermits(1), dlock.WithTTL(10*time.Second))
 	clients := newClients(t, srv, 2)
 	got := make(chan dlock.Lock, 1)
 	go func() {
-		l, err := clients[0].Acquire(bg, "over", dlock.Permits(1), dlock.WithWait(5*time.Second), dlock.WithTTL(10*time.Second))
+		l, err := clients[0].Acquire(bg, "over", dlock.WithPermits(1), dlock.WithWait(5*time.Second), dlock.WithTTL(10*time.Second))
 		if err != nil {
 			t.Error(err)
 		}
@@ -168,7 +168,7 @@ func TestSemaphoreNewcomerDoesNotOvertake(t *testing.T) {
 	// The holder's lease ends now; the waiter would only look again at its
 	// next wake-up (about a second later with this TTL).
 	expirePermit(t, rdb, "over", holder.Token())
-	if l, err := clients[1].TryAcquire(bg, "over", dlock.Permits(1)); !errors.Is(err, dlock.ErrNotObtained) {
+	if l, err := clients[1].TryAcquire(bg, "over", dlock.WithPermits(1)); !errors.Is(err, dlock.ErrNotObtained) {
 		if l != nil {
 			_ = l.Release(bg)
 		}
@@ -191,11 +191,11 @@ func TestSemaphoreNewcomerDoesNotOvertake(t *testing.T) {
 func TestSemaphoreCrashedHolderPermitComesBack(t *testing.T) {
 	c, rdb, srv := setup(t)
 	const ttl = 400 * time.Millisecond
-	alive := mustAcquire(t, c, "crashs", dlock.Permits(2), dlock.WithTTL(10*time.Second))
-	crashed := mustAcquire(t, c, "crashs", dlock.Permits(2), dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	alive := mustAcquire(t, c, "crashs", dlock.WithPermits(2), dlock.WithTTL(10*time.Second))
+	crashed := mustAcquire(t, c, "crashs", dlock.WithPermits(2), dlock.WithTTL(ttl), dlock.WithoutRenewal())
 	other := newClients(t, srv, 1)[0]
 	start := time.Now()
-	l, err := other.Acquire(bg, "crashs", dlock.Permits(2), dlock.WithWait(5*time.Second))
+	l, err := other.Acquire(bg, "crashs", dlock.WithPermits(2), dlock.WithWait(5*time.Second))
 	if err != nil {
 		t.Fatalf("waiter after a holder's TTL: %v", err)
 	}
@@ -222,8 +222,8 @@ func TestSemaphoreCrashedHolderPermitComesBack(t *testing.T) {
 // Refresh, TTL and Release report ErrNotHeld and change nothing.
 func TestSemaphoreRefreshAfterLoss(t *testing.T) {
 	c, rdb, _ := setup(t)
-	l := mustAcquire(t, c, "sloss", dlock.Permits(2), dlock.WithTTL(10*time.Second))
-	other := mustAcquire(t, c, "sloss", dlock.Permits(2), dlock.WithTTL(10*time.Second))
+	l := mustAcquire(t, c, "sloss", dlock.WithPermits(2), dlock.WithTTL(10*time.Second))
+	other := mustAcquire(t, c, "sloss", dlock.WithPermits(2), dlock.WithTTL(10*time.Second))
 	expirePermit(t, rdb, "sloss", l.Token())
 	if err := l.Refresh(bg, 5*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("refresh of an expired permit: %v, want ErrNotHeld", err)
@@ -252,7 +252,7 @@ func TestSemaphoreResentAcquireAndRelease(t *testing.T) {
 	twice := srv.Client(t)
 	twice.AddHook(&resender{})
 	a := newLocker(t, twice)
-	l, err := a.TryAcquire(bg, "sresend", dlock.Permits(2))
+	l, err := a.TryAcquire(bg, "sresend", dlock.WithPermits(2))
 	if err != nil {
 		t.Fatalf("re-sent acquire: %v", err)
 	}
@@ -264,11 +264,11 @@ func TestSemaphoreResentAcquireAndRelease(t *testing.T) {
 	}
 	// Second permit held elsewhere; two waiters in line.
 	clients := newClients(t, srv, 3)
-	b := mustAcquire(t, clients[0], "sresend", dlock.Permits(2), dlock.WithTTL(10*time.Second))
+	b := mustAcquire(t, clients[0], "sresend", dlock.WithPermits(2), dlock.WithTTL(10*time.Second))
 	got := make(chan dlock.Lock, 2)
 	for i, w := range clients[1:] {
 		go func() {
-			l, err := w.Acquire(bg, "sresend", dlock.Permits(2), dlock.WithWait(3*time.Second), dlock.WithTTL(10*time.Second))
+			l, err := w.Acquire(bg, "sresend", dlock.WithPermits(2), dlock.WithWait(3*time.Second), dlock.WithTTL(10*time.Second))
 			if err == nil {
 				got <- l
 			}
@@ -298,29 +298,29 @@ func TestSemaphoreResentAcquireAndRelease(t *testing.T) {
 // semaphore or an exclusive lock at a time.
 func TestSemaphoreMismatch(t *testing.T) {
 	c, _, _ := setup(t)
-	l := mustAcquire(t, c, "mis", dlock.Permits(3))
-	_, err := c.TryAcquire(bg, "mis", dlock.Permits(4))
+	l := mustAcquire(t, c, "mis", dlock.WithPermits(3))
+	_, err := c.TryAcquire(bg, "mis", dlock.WithPermits(4))
 	if !errors.Is(err, dlock.ErrMismatch) || !strings.Contains(err.Error(), "3") || !strings.Contains(err.Error(), "4") {
-		t.Fatalf("Permits(4) on a name held with 3: %v, want ErrMismatch naming 3 and 4", err)
+		t.Fatalf("WithPermits(4) on a name held with 3: %v, want ErrMismatch naming 3 and 4", err)
 	}
 	// Acquire refuses at once, not after the wait.
 	start := time.Now()
-	if _, err := c.Acquire(bg, "mis", dlock.Permits(2), dlock.WithWait(3*time.Second)); !errors.Is(err, dlock.ErrMismatch) || time.Since(start) > time.Second {
-		t.Fatalf("Acquire with Permits(2): %v after %v", err, time.Since(start))
+	if _, err := c.Acquire(bg, "mis", dlock.WithPermits(2), dlock.WithWait(3*time.Second)); !errors.Is(err, dlock.ErrMismatch) || time.Since(start) > time.Second {
+		t.Fatalf("Acquire with WithPermits(2): %v after %v", err, time.Since(start))
 	}
 	_ = l.Release(bg)
 	// Nobody holds a permit: another n is fine now.
-	l4 := mustAcquire(t, c, "mis", dlock.Permits(4))
+	l4 := mustAcquire(t, c, "mis", dlock.WithPermits(4))
 	_ = l4.Release(bg)
 
 	x := mustAcquire(t, c, "excl")
-	if _, err := c.TryAcquire(bg, "excl", dlock.Permits(2)); !errors.Is(err, dlock.ErrMismatch) || !strings.Contains(err.Error(), "exclusive") {
+	if _, err := c.TryAcquire(bg, "excl", dlock.WithPermits(2)); !errors.Is(err, dlock.ErrMismatch) || !strings.Contains(err.Error(), "exclusive") {
 		t.Fatalf("Permits on a name held as an exclusive lock: %v, want ErrMismatch", err)
 	}
 	_ = x.Release(bg)
 
-	r := mustAcquire(t, c, "read", dlock.Shared())
-	if _, err := c.TryAcquire(bg, "read", dlock.Permits(2)); !errors.Is(err, dlock.ErrMismatch) ||
+	r := mustAcquire(t, c, "read", dlock.WithShared())
+	if _, err := c.TryAcquire(bg, "read", dlock.WithPermits(2)); !errors.Is(err, dlock.ErrMismatch) ||
 		!strings.Contains(err.Error(), "read lock") || strings.Contains(err.Error(), "exclusive") {
 		t.Fatalf("Permits on a name held by readers: %v, want ErrMismatch naming the read lock", err)
 	}
@@ -330,10 +330,10 @@ func TestSemaphoreMismatch(t *testing.T) {
 func TestSemaphoreInvalidPermits(t *testing.T) {
 	c, rdb, _ := setup(t)
 	for _, n := range []int{0, -1, dlock.MaxPermits + 1} {
-		_, err := c.TryAcquire(bg, "bad", dlock.Permits(n))
+		_, err := c.TryAcquire(bg, "bad", dlock.WithPermits(n))
 		var e *dlock.Error
 		if !errors.Is(err, dlock.ErrInvalidOption) || !errors.As(err, &e) || e.Name != "bad" || !strings.Contains(err.Error(), fmt.Sprint(n)) {
-			t.Errorf("Permits(%d): %v, want ErrInvalidOption naming %d", n, err, n)
+			t.Errorf("WithPermits(%d): %v, want ErrInvalidOption naming %d", n, err, n)
 		}
 	}
 	if k := rdb.Keys(bg, "*").Val(); len(k) != 0 {
@@ -354,11 +354,11 @@ func TestSemaphoreStaleHandoffNotAccepted(t *testing.T) {
 	holder, third := newLocker(t, plain), newLocker(t, plain)
 	tap := &pubsubTap{}
 	const n = 2
-	a, err := third.Acquire(bg, "sstale", dlock.Permits(n), dlock.WithTTL(10*time.Second))
+	a, err := third.Acquire(bg, "sstale", dlock.WithPermits(n), dlock.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h1, err := holder.Acquire(bg, "sstale", dlock.Permits(n), dlock.WithTTL(20*time.Second))
+	h1, err := holder.Acquire(bg, "sstale", dlock.WithPermits(n), dlock.WithTTL(20*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +376,7 @@ func TestSemaphoreStaleHandoffNotAccepted(t *testing.T) {
 			tap.hold()
 			_ = h1.Release(bg) // hands the permit to W; the message is held back
 			time.Sleep(450 * time.Millisecond)
-			l, err := third.TryAcquire(bg, "sstale", dlock.Permits(n), dlock.WithTTL(10*time.Second))
+			l, err := third.TryAcquire(bg, "sstale", dlock.WithPermits(n), dlock.WithTTL(10*time.Second))
 			if err != nil {
 				t.Errorf("C could not take the expired hand-off: %v", err)
 				return
@@ -391,7 +391,7 @@ func TestSemaphoreStaleHandoffNotAccepted(t *testing.T) {
 	t.Cleanup(func() { tap.deliver(); _ = wrdb.Close() })
 	waiter := newLocker(t, wrdb)
 
-	wl, err := waiter.Acquire(bg, "sstale", dlock.Permits(n), dlock.WithTTL(300*time.Millisecond), dlock.WithWait(1500*time.Millisecond))
+	wl, err := waiter.Acquire(bg, "sstale", dlock.WithPermits(n), dlock.WithTTL(300*time.Millisecond), dlock.WithWait(1500*time.Millisecond))
 	if stage.Load() < 2 {
 		t.Fatalf("the interleaving did not happen (stage %d, err %v)", stage.Load(), err)
 	}
@@ -429,18 +429,18 @@ func TestSemaphoreLostReplyGivesPermitBack(t *testing.T) {
 	rdb.AddHook(lostReplyHook(isSemAcquire, 1))
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := newLocker(t, rdb)
-	if l, err := c.TryAcquire(bg, "slost", dlock.Permits(1), dlock.WithTTL(time.Minute)); err == nil {
+	if l, err := c.TryAcquire(bg, "slost", dlock.WithPermits(1), dlock.WithTTL(time.Minute)); err == nil {
 		_ = l.Release(bg)
 		t.Fatal("the lost reply was not lost")
 	}
 	waitFor(t, "the lost permit to be given back", func() bool { return plain.Exists(bg, semKey("slost")).Val() == 0 })
 
 	// Now a queued attempt's reply is lost while the one permit is held.
-	holder := mustAcquire(t, newLocker(t, plain), "slost", dlock.Permits(1), dlock.WithTTL(10*time.Second))
+	holder := mustAcquire(t, newLocker(t, plain), "slost", dlock.WithPermits(1), dlock.WithTTL(10*time.Second))
 	rdb2 := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	rdb2.AddHook(lostReplyHook(func(cmd redis.Cmder) bool { return isSemAcquire(cmd) && scriptArg(cmd, 4) != "" }, 1))
 	t.Cleanup(func() { _ = rdb2.Close() })
-	if _, err := newLocker(t, rdb2).Acquire(bg, "slost", dlock.Permits(1), dlock.WithTTL(time.Minute), dlock.WithWait(time.Second)); err == nil {
+	if _, err := newLocker(t, rdb2).Acquire(bg, "slost", dlock.WithPermits(1), dlock.WithTTL(time.Minute), dlock.WithWait(time.Second)); err == nil {
 		t.Fatal("the waiter got a held permit")
 	}
 	if err := holder.Release(bg); err != nil {
@@ -448,7 +448,7 @@ func TestSemaphoreLostReplyGivesPermitBack(t *testing.T) {
 	}
 	third := newLocker(t, plain)
 	waitFor(t, "the permit to be free of the waiter that left", func() bool {
-		l, err := third.TryAcquire(bg, "slost", dlock.Permits(1))
+		l, err := third.TryAcquire(bg, "slost", dlock.WithPermits(1))
 		if err == nil {
 			_ = l.Release(bg)
 		}

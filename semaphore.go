@@ -27,21 +27,21 @@ const MaxPermits = 10000
 // a name must use the same n while any permit is held, and a name is either
 // a semaphore or an exclusive lock at a time: an acquisition that disagrees
 // is refused at once with ErrMismatch, naming both; so is an exclusive or a
-// read lock of a name whose permits are held. Permits(1) is a semaphore of
+// read lock of a name whose permits are held. WithPermits(1) is a semaphore of
 // one permit, not the exclusive lock.
 //
 // Every grant of a permit takes the next fence of the name, so fences of a
 // name still grow with every acquisition; but up to n holders are legitimate
 // at once, so a resource cannot refuse a write for having a smaller fence
 // than another live permit's. See "Semaphores" in docs/family.md.
-func Permits(n int) AcquireOption {
+func WithPermits(n int) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.semaphore, c.permits = true, n })
 }
 
 // checkPermits refuses a number of permits no semaphore can have.
 func checkPermits(n int) error {
 	if n < 1 || n > MaxPermits {
-		return fmt.Errorf("%w: Permits(%d) is outside [1, %d]", ErrInvalidOption, n, MaxPermits)
+		return fmt.Errorf("%w: WithPermits(%d) is outside [1, %d]", ErrInvalidOption, n, MaxPermits)
 	}
 	return nil
 }
@@ -51,17 +51,17 @@ func checkPermits(n int) error {
 func mismatch(ac acquireConfig, g node.Grant) error {
 	switch {
 	case g.Exclusive:
-		return fmt.Errorf("%w: Permits(%d) asked, but the name is held as an exclusive lock", ErrMismatch, ac.permits)
+		return fmt.Errorf("%w: WithPermits(%d) asked, but the name is held as an exclusive lock", ErrMismatch, ac.permits)
 	case g.Readers:
-		return fmt.Errorf("%w: Permits(%d) asked, but the name is held as a read lock (Shared)", ErrMismatch, ac.permits)
+		return fmt.Errorf("%w: WithPermits(%d) asked, but the name is held as a read lock (WithShared)", ErrMismatch, ac.permits)
 	case g.Permits > 0:
-		return fmt.Errorf("%w: Permits(%d) asked, but the holders use Permits(%d)", ErrMismatch, ac.permits, g.Permits)
+		return fmt.Errorf("%w: WithPermits(%d) asked, but the holders use WithPermits(%d)", ErrMismatch, ac.permits, g.Permits)
 	case g.SemHeld > 0:
 		kind := "an exclusive lock"
 		if ac.shared {
-			kind = "a read lock (Shared)"
+			kind = "a read lock (WithShared)"
 		}
-		return fmt.Errorf("%w: %s asked, but the name is held as a semaphore: %d of its Permits(%d) held", ErrMismatch, kind, g.SemHeld, g.SemPermits)
+		return fmt.Errorf("%w: %s asked, but the name is held as a semaphore: %d of its WithPermits(%d) held", ErrMismatch, kind, g.SemHeld, g.SemPermits)
 	}
 	return nil
 }

@@ -62,10 +62,10 @@ func tail(s string) string {
 func TestBrowserRendersPage(t *testing.T) {
 	bin := findChromium(t)
 	srv := redistest.Start(t)
-	c := newClient(t, srv, dlock.WithOwner("billing-worker-7 (10.0.3.14/4242)"))
+	c := newClient(t, srv, dlock.WithDefaultOwner("billing-worker-7 (10.0.3.14/4242)"))
 	const name = "invoice:2024-11:run"
 	l := acquire(t, c, name)
-	others := newClient(t, srv, dlock.WithOwner("search-indexer/981.eu-west-1.compute.internal/pid-4242/cron-nightly-reindex"))
+	others := newClient(t, srv, dlock.WithDefaultOwner("search-indexer/981.eu-west-1.compute.internal/pid-4242/cron-nightly-reindex"))
 	const long = "tenant:acme-corporation-international:invoices:2024-11:monthly-settlement-run:batch-000042"
 	for _, n := range []string{"index:products", "index:users", "migrations", long} {
 		acquire(t, others, n)

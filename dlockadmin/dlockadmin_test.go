@@ -633,7 +633,7 @@ func TestForceUnlockHandsLockToWaiter(t *testing.T) {
 	}
 
 	// A waiter in this process, lined up in Redis behind the other process.
-	waiter := newClient(t, e.srv, dlock.WithOwner("the-waiter"))
+	waiter := newClient(t, e.srv, dlock.WithDefaultOwner("the-waiter"))
 	got := make(chan dlock.Lock, 1)
 	errc := make(chan error, 1)
 	go func() {

@@ -18,7 +18,7 @@ import (
 func ExampleNewHandler() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
-	locker := dlock.MustNew(rdb, dlock.WithOwner("billing-worker-1"))
+	locker := dlock.MustNew(rdb, dlock.WithDefaultOwner("billing-worker-1"))
 	defer locker.Close(bg)
 
 	lock, err := locker.Acquire(bg, "invoice:2024-11", dlock.WithTTL(30*time.Second))
@@ -85,7 +85,7 @@ func ExampleNewServeMux() {
 func ExampleLockOf() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
-	locker := dlock.MustNew(rdb, dlock.WithOwner("cron@host-1"))
+	locker := dlock.MustNew(rdb, dlock.WithDefaultOwner("cron@host-1"))
 	defer locker.Close(bg)
 	lock, err := locker.Acquire(bg, "report:daily", dlock.WithTTL(30*time.Second))
 	if err != nil {

@@ -18,17 +18,17 @@ func TestSemaphoreView(t *testing.T) {
 	e := setup(t, dlockadmin.WithForceUnlock(adminSecret))
 	var held []dlock.Lock
 	for _, owner := range []string{"enc-1", "enc-2"} {
-		c := newClient(t, e.srv, dlock.WithOwner(owner))
-		l, err := c.TryAcquire(bg, "enc", dlock.Permits(2), dlock.WithTTL(30*time.Second))
+		c := newClient(t, e.srv, dlock.WithDefaultOwner(owner))
+		l, err := c.TryAcquire(bg, "enc", dlock.WithPermits(2), dlock.WithTTL(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, l)
 	}
-	w := newClient(t, e.srv, dlock.WithOwner("enc-3"))
+	w := newClient(t, e.srv, dlock.WithDefaultOwner("enc-3"))
 	got := make(chan dlock.Lock, 1)
 	go func() {
-		l, _ := w.Acquire(bg, "enc", dlock.Permits(2), dlock.WithWait(10*time.Second))
+		l, _ := w.Acquire(bg, "enc", dlock.WithPermits(2), dlock.WithWait(10*time.Second))
 		got <- l
 	}()
 	var view struct {

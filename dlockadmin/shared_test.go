@@ -18,13 +18,13 @@ func TestSharedLockShown(t *testing.T) {
 	const name = "catalog"
 	var readers []dlock.Lock
 	for _, owner := range []string{"reader-a", "reader-b"} {
-		l, err := newClient(t, e.srv, dlock.WithOwner(owner)).TryAcquire(bg, name, dlock.Shared(), dlock.WithTTL(10*time.Second))
+		l, err := newClient(t, e.srv, dlock.WithDefaultOwner(owner)).TryAcquire(bg, name, dlock.WithShared(), dlock.WithTTL(10*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
 		readers = append(readers, l)
 	}
-	wc := newClient(t, e.srv, dlock.WithOwner("the-writer"))
+	wc := newClient(t, e.srv, dlock.WithDefaultOwner("the-writer"))
 	done := make(chan error, 1)
 	go func() {
 		l, err := wc.Acquire(bg, name, dlock.WithWait(10*time.Second))

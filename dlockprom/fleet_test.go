@@ -105,8 +105,8 @@ func newFleet(t *testing.T, srv *redistest.Server, opts ...dlockprom.Option) *fl
 func holdKnownSet(t *testing.T, srv *redistest.Server) (acquiredAt time.Time) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(bg)
-	a := dlock.MustNew(srv.Client(t), dlock.WithOwner("a"))
-	b := dlock.MustNew(srv.Client(t), dlock.WithOwner("b"))
+	a := dlock.MustNew(srv.Client(t), dlock.WithDefaultOwner("a"))
+	b := dlock.MustNew(srv.Client(t), dlock.WithDefaultOwner("b"))
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		cancel() // ends the waits
@@ -124,16 +124,16 @@ func holdKnownSet(t *testing.T, srv *redistest.Server) (acquiredAt time.Time) {
 	acquiredAt = time.Now()
 	must(a.TryAcquire(ctx, "order:1"))
 	must(a.TryAcquire(ctx, "order:2"))
-	must(a.TryAcquire(ctx, "report:x", dlock.Shared()))
-	must(b.TryAcquire(ctx, "report:x", dlock.Shared()))
-	must(a.TryAcquire(ctx, "pool:db", dlock.Permits(2)))
-	must(b.TryAcquire(ctx, "pool:db", dlock.Permits(2)))
+	must(a.TryAcquire(ctx, "report:x", dlock.WithShared()))
+	must(b.TryAcquire(ctx, "report:x", dlock.WithShared()))
+	must(a.TryAcquire(ctx, "pool:db", dlock.WithPermits(2)))
+	must(b.TryAcquire(ctx, "pool:db", dlock.WithPermits(2)))
 	must(a.TryAcquire(ctx, "leader"))
 	// Waiters: b for order:1, and for a third permit of pool:db.
 	for _, w := range []struct {
 		name string
 		opts []dlock.AcquireOption
-	}{{"order:1", nil}, {"pool:db", []dlock.AcquireOption{dlock.Permits(2)}}} {
+	}{{"order:1", nil}, {"pool:db", []dlock.AcquireOption{dlock.WithPermits(2)}}} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

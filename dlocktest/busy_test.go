@@ -24,20 +24,20 @@ func TestBusyErrorNamesTheHolder(t *testing.T) {
 		}
 		return e
 	}
-	mustTry(t, l, "invoice", dlock.WithAcquireOwner("billing-7"))
+	mustTry(t, l, "invoice", dlock.WithOwner("billing-7"))
 	if e := busy("invoice"); e.Kind != dlock.KindExclusive || e.Owner != "billing-7" || e.Self || !strings.Contains(e.Error(), `held by "billing-7"`) {
 		t.Errorf("exclusive: %+v: %v", *e, e)
 	}
-	if e := busy("invoice", dlock.WithAcquireOwner("billing-7")); !e.Self {
+	if e := busy("invoice", dlock.WithOwner("billing-7")); !e.Self {
 		t.Errorf("the caller's own owner: %+v", *e)
 	}
-	mustTry(t, l, "catalog", dlock.Shared())
-	mustTry(t, l, "catalog", dlock.Shared())
+	mustTry(t, l, "catalog", dlock.WithShared())
+	mustTry(t, l, "catalog", dlock.WithShared())
 	if e := busy("catalog"); e.Kind != dlock.KindShared || e.Readers != 2 || e.Owner != "" {
 		t.Errorf("shared: %+v", *e)
 	}
-	mustTry(t, l, "pool", dlock.Permits(1))
-	if e := busy("pool", dlock.Permits(1)); e.Kind != dlock.KindSemaphore || e.Held != 1 || e.Permits != 1 {
+	mustTry(t, l, "pool", dlock.WithPermits(1))
+	if e := busy("pool", dlock.WithPermits(1)); e.Kind != dlock.KindSemaphore || e.Held != 1 || e.Permits != 1 {
 		t.Errorf("semaphore: %+v", *e)
 	}
 	kept := mustTry(t, l, "report", dlock.WithMinHold(time.Minute))

@@ -53,7 +53,7 @@ type Harness struct {
 
 	// Shared says the Locker has read locks (dlock.Shared): the Shared*
 	// subtests run. Without it one subtest, SharedRefused, checks that the
-	// Locker refuses Shared with ErrInvalidOption instead.
+	// Locker refuses WithShared with ErrInvalidOption instead.
 	Shared bool
 
 	// Skip names subtests the implementation does not support, each with
@@ -63,7 +63,7 @@ type Harness struct {
 
 	// NoSemaphores, when set, is why the Locker does not offer
 	// dlock.Permits: the Semaphore* subtests are skipped with it, and the
-	// suite checks instead that Permits is refused with ErrInvalidOption.
+	// suite checks instead that WithPermits is refused with ErrInvalidOption.
 	NoSemaphores string
 }
 

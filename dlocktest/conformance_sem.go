@@ -12,14 +12,14 @@ import (
 )
 
 // The semaphore subtests (dlock.Permits). Harness.NoSemaphores skips all
-// but SemaphoreRefused, which then checks that Permits is refused.
+// but SemaphoreRefused, which then checks that WithPermits is refused.
 
 const semN = 3
 
 // permit takes one of semN permits of name at once.
 func (s *suite) permit(t *testing.T, l dlock.Locker, name string, opts ...dlock.AcquireOption) dlock.Lock {
 	t.Helper()
-	return s.try(t, l, name, append([]dlock.AcquireOption{dlock.Permits(semN)}, opts...)...)
+	return s.try(t, l, name, append([]dlock.AcquireOption{dlock.WithPermits(semN)}, opts...)...)
 }
 
 // semPermits: n holders at once, each with its own token and a growing
@@ -39,10 +39,10 @@ func (s *suite) semPermits(t *testing.T) {
 		}
 		held = append(held, lk)
 	}
-	lk, err := l.TryAcquire(ctx, name, dlock.WithTTL(s.ttl), dlock.Permits(semN))
+	lk, err := l.TryAcquire(ctx, name, dlock.WithTTL(s.ttl), dlock.WithPermits(semN))
 	s.isBusy(t, lk, err, name, nil)
 
-	ch := acquireAsync(ctx, l, name, dlock.WithTTL(s.ttl), dlock.WithWait(s.patience), dlock.Permits(semN))
+	ch := acquireAsync(ctx, l, name, dlock.WithTTL(s.ttl), dlock.WithWait(s.patience), dlock.WithPermits(semN))
 	s.inLine(t, l, name, 1)
 	s.release(t, held[1])
 	r := s.receive(t, ch)
@@ -77,7 +77,7 @@ func (s *suite) semFIFO(t *testing.T) {
 	locks := make(chan dlock.Lock, n)
 	for i := range n {
 		go func() {
-			lk, err := l.Acquire(context.Background(), name, dlock.WithTTL(s.ttl), dlock.WithWait(s.patience), dlock.Permits(semN))
+			lk, err := l.Acquire(context.Background(), name, dlock.WithTTL(s.ttl), dlock.WithWait(s.patience), dlock.WithPermits(semN))
 			turns <- turn{i: i, err: err}
 			if err == nil {
 				locks <- lk
@@ -114,7 +114,7 @@ func (s *suite) semLease(t *testing.T) {
 		held = append(held, s.permit(t, l, name))
 	}
 	stale := s.permit(t, l, name, dlock.WithTTL(s.short()), dlock.WithoutRenewal())
-	r := s.receive(t, acquireAsync(ctx, l, name, dlock.WithTTL(s.ttl), dlock.WithWait(s.patience), dlock.Permits(semN)))
+	r := s.receive(t, acquireAsync(ctx, l, name, dlock.WithTTL(s.ttl), dlock.WithWait(s.patience), dlock.WithPermits(semN)))
 	if r.err != nil {
 		t.Fatalf("waiter for an expiring permit: %v", r.err)
 	}
@@ -141,9 +141,9 @@ func (s *suite) semMismatch(t *testing.T) {
 	lk := s.permit(t, l, name)
 	for _, acquire := range []func(context.Context, string, ...dlock.AcquireOption) (dlock.Lock, error){l.TryAcquire, l.Acquire} {
 		start := time.Now()
-		got, err := acquire(ctx, name, dlock.WithTTL(s.ttl), dlock.WithWait(s.patience), dlock.Permits(semN+1))
+		got, err := acquire(ctx, name, dlock.WithTTL(s.ttl), dlock.WithWait(s.patience), dlock.WithPermits(semN+1))
 		if got != nil {
-			t.Fatalf("Permits(%d) on a name held with %d returned a lock", semN+1, semN)
+			t.Fatalf("WithPermits(%d) on a name held with %d returned a lock", semN+1, semN)
 		}
 		isOpError(t, err, dlock.ErrMismatch, "acquire", name)
 		if msg := err.Error(); !strings.Contains(msg, "3") || !strings.Contains(msg, "4") {
@@ -155,11 +155,11 @@ func (s *suite) semMismatch(t *testing.T) {
 	}
 	s.release(t, lk)
 	// Nobody holds a permit: another n is fine.
-	s.release(t, s.try(t, l, name, dlock.Permits(semN+1)))
+	s.release(t, s.try(t, l, name, dlock.WithPermits(semN+1)))
 
 	excl := s.name(t) + ":exclusive"
 	x := s.try(t, l, excl)
-	got, err := l.TryAcquire(ctx, excl, dlock.WithTTL(s.ttl), dlock.Permits(semN))
+	got, err := l.TryAcquire(ctx, excl, dlock.WithTTL(s.ttl), dlock.WithPermits(semN))
 	if got != nil {
 		t.Fatal("a permit of a name held as an exclusive lock")
 	}
@@ -175,7 +175,7 @@ func (s *suite) semMismatch(t *testing.T) {
 	}
 	kinds := []kind{{"an exclusive lock", nil}}
 	if s.h.Shared {
-		kinds = append(kinds, kind{"a read lock", []dlock.AcquireOption{dlock.Shared()}})
+		kinds = append(kinds, kind{"a read lock", []dlock.AcquireOption{dlock.WithShared()}})
 	}
 	for _, k := range kinds {
 		kind, opts := k.what, k.opts
@@ -187,8 +187,8 @@ func (s *suite) semMismatch(t *testing.T) {
 				t.Fatalf("%s of a name whose permits are held", kind)
 			}
 			isOpError(t, err, dlock.ErrMismatch, "acquire", name)
-			if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("Permits(%d)", semN)) {
-				t.Fatalf("%s refused with %q, which does not name the holders' Permits(%d)", kind, msg, semN)
+			if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("WithPermits(%d)", semN)) {
+				t.Fatalf("%s refused with %q, which does not name the holders' WithPermits(%d)", kind, msg, semN)
 			}
 			if took := time.Since(start); took > s.patience/2 {
 				t.Fatalf("%s refused after %v: it must be refused at once, not waited out", kind, took)
@@ -198,9 +198,9 @@ func (s *suite) semMismatch(t *testing.T) {
 	s.release(t, p)
 
 	for _, n := range []int{0, -1, dlock.MaxPermits + 1} {
-		got, err := l.TryAcquire(ctx, name, dlock.WithTTL(s.ttl), dlock.Permits(n))
+		got, err := l.TryAcquire(ctx, name, dlock.WithTTL(s.ttl), dlock.WithPermits(n))
 		if got != nil {
-			t.Fatalf("Permits(%d) returned a lock", n)
+			t.Fatalf("WithPermits(%d) returned a lock", n)
 		}
 		isOpError(t, err, dlock.ErrInvalidOption, "acquire", name)
 	}
@@ -215,7 +215,7 @@ func (s *suite) semRefused(t *testing.T) {
 	}
 	l, name := s.h.New(t), s.name(t)
 	for _, acquire := range []func(context.Context, string, ...dlock.AcquireOption) (dlock.Lock, error){l.TryAcquire, l.Acquire} {
-		got, err := acquire(context.Background(), name, dlock.WithTTL(s.ttl), dlock.Permits(2))
+		got, err := acquire(context.Background(), name, dlock.WithTTL(s.ttl), dlock.WithPermits(2))
 		if got != nil {
 			_ = got.Release(context.Background())
 			t.Fatal("a Locker without semaphores accepted Permits")

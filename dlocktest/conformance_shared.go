@@ -29,17 +29,17 @@ func (s *suite) sharedTests() []conformanceTest {
 
 func (s *suite) sharedRefused(t *testing.T) {
 	l, name := s.h.New(t), s.name(t)
-	lk, err := l.TryAcquire(context.Background(), name, dlock.Shared())
+	lk, err := l.TryAcquire(context.Background(), name, dlock.WithShared())
 	if lk != nil {
-		t.Fatalf("TryAcquire with Shared on a Locker without read locks gave %v", lk)
+		t.Fatalf("TryAcquire with WithShared on a Locker without read locks gave %v", lk)
 	}
 	isOpError(t, err, dlock.ErrInvalidOption, "acquire", name)
 }
 
 func (s *suite) sharedCoexist(t *testing.T) {
 	l, name := s.h.New(t), s.name(t)
-	a := s.try(t, l, name, dlock.Shared())
-	b := s.try(t, l, name, dlock.Shared())
+	a := s.try(t, l, name, dlock.WithShared())
+	b := s.try(t, l, name, dlock.WithShared())
 	if b.Fence() <= a.Fence() {
 		t.Fatalf("reader fences %d then %d: each acquisition's fence must grow", a.Fence(), b.Fence())
 	}
@@ -54,7 +54,7 @@ func (s *suite) sharedCoexist(t *testing.T) {
 
 func (s *suite) sharedExcludesWriter(t *testing.T) {
 	l, name := s.h.New(t), s.name(t)
-	r := s.try(t, l, name, dlock.Shared())
+	r := s.try(t, l, name, dlock.WithShared())
 	_, err := l.TryAcquire(context.Background(), name, dlock.WithTTL(s.ttl))
 	isOpError(t, err, dlock.ErrNotObtained, "acquire", name)
 	w := acquireAsync(context.Background(), l, name, dlock.WithTTL(s.ttl), dlock.WithWait(s.patience))
@@ -78,9 +78,9 @@ func (s *suite) sharedExcludesWriter(t *testing.T) {
 func (s *suite) writerExcludesShared(t *testing.T) {
 	l, name := s.h.New(t), s.name(t)
 	w := s.try(t, l, name)
-	_, err := l.TryAcquire(context.Background(), name, dlock.WithTTL(s.ttl), dlock.Shared())
+	_, err := l.TryAcquire(context.Background(), name, dlock.WithTTL(s.ttl), dlock.WithShared())
 	isOpError(t, err, dlock.ErrNotObtained, "acquire", name)
-	r := acquireAsync(context.Background(), l, name, dlock.WithTTL(s.ttl), dlock.WithWait(s.patience), dlock.Shared())
+	r := acquireAsync(context.Background(), l, name, dlock.WithTTL(s.ttl), dlock.WithWait(s.patience), dlock.WithShared())
 	s.inLine(t, l, name, 1)
 	select {
 	case got := <-r:
@@ -96,10 +96,10 @@ func (s *suite) writerExcludesShared(t *testing.T) {
 }
 
 // sharedWaitingWriterFirst: while a writer waits, new readers are refused,
-// even though readers hold the name; SkipWaitingWriters gets past it.
+// even though readers hold the name; WithoutWriterPriority gets past it.
 func (s *suite) sharedWaitingWriterFirst(t *testing.T) {
 	l, name, ctx := s.h.New(t), s.name(t), context.Background()
-	r := s.try(t, l, name, dlock.Shared())
+	r := s.try(t, l, name, dlock.WithShared())
 	w := acquireAsync(ctx, l, name, dlock.WithTTL(s.ttl), dlock.WithWait(s.patience))
 	s.inLine(t, l, name, 1)
 	// A waiter may take a moment to be seen by every instance (in Redis,
@@ -107,7 +107,7 @@ func (s *suite) sharedWaitingWriterFirst(t *testing.T) {
 	// reader may still join. Then every new reader must be refused.
 	deadline := time.Now().Add(s.patience)
 	for {
-		lk, err := l.TryAcquire(ctx, name, dlock.WithTTL(s.ttl), dlock.Shared())
+		lk, err := l.TryAcquire(ctx, name, dlock.WithTTL(s.ttl), dlock.WithShared())
 		if err != nil {
 			isOpError(t, err, dlock.ErrNotObtained, "acquire", name)
 			break
@@ -119,10 +119,10 @@ func (s *suite) sharedWaitingWriterFirst(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for range 3 {
-		_, err := l.TryAcquire(ctx, name, dlock.WithTTL(s.ttl), dlock.Shared())
+		_, err := l.TryAcquire(ctx, name, dlock.WithTTL(s.ttl), dlock.WithShared())
 		isOpError(t, err, dlock.ErrNotObtained, "acquire", name)
 	}
-	skip := s.try(t, l, name, dlock.Shared(), dlock.SkipWaitingWriters())
+	skip := s.try(t, l, name, dlock.WithShared(), dlock.WithoutWriterPriority())
 	s.release(t, skip)
 	select {
 	case got := <-w:
@@ -135,16 +135,16 @@ func (s *suite) sharedWaitingWriterFirst(t *testing.T) {
 		t.Fatalf("writer after the readers left: %v", got.err)
 	}
 	s.release(t, got.lock)
-	// SkipWaitingWriters is a reader's option only.
-	_, err := l.TryAcquire(ctx, name, dlock.SkipWaitingWriters())
+	// WithoutWriterPriority is a reader's option only.
+	_, err := l.TryAcquire(ctx, name, dlock.WithoutWriterPriority())
 	isOpError(t, err, dlock.ErrInvalidOption, "acquire", name)
 }
 
 // sharedLoss: readers lost behind their back learn it, as a writer does.
 func (s *suite) sharedLoss(t *testing.T) {
 	l, name, ctx := s.h.New(t), s.name(t), context.Background()
-	a := s.try(t, l, name, dlock.Shared())
-	b := s.try(t, l, name, dlock.Shared())
+	a := s.try(t, l, name, dlock.WithShared())
+	b := s.try(t, l, name, dlock.WithShared())
 	s.h.Expire(t, l, name)
 	for _, lk := range []dlock.Lock{a, b} {
 		cause := s.ended(t, lk.Context(), "reader after Expire")
@@ -171,7 +171,7 @@ func (s *suite) sharedLoss(t *testing.T) {
 func (s *suite) sharedReentryKeepsKind(t *testing.T) {
 	l, name, ctx := s.h.New(t), s.name(t), context.Background()
 	re := dlock.WithReentry()
-	r := s.try(t, l, name, dlock.Shared(), re)
+	r := s.try(t, l, name, dlock.WithShared(), re)
 	w, err := l.TryAcquire(r.Context(), name, re, dlock.WithTTL(s.ttl))
 	if w != nil {
 		s.release(t, w)
@@ -181,7 +181,7 @@ func (s *suite) sharedReentryKeepsKind(t *testing.T) {
 	s.release(t, r)
 
 	x := s.try(t, l, name, re)
-	in, err := l.TryAcquire(x.Context(), name, re, dlock.Shared(), dlock.WithTTL(s.ttl))
+	in, err := l.TryAcquire(x.Context(), name, re, dlock.WithShared(), dlock.WithTTL(s.ttl))
 	if err != nil {
 		t.Fatalf("a nested read WithReentry under the write lock: %v", err)
 	}

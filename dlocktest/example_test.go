@@ -179,7 +179,7 @@ func ExampleLocker_Inspect() {
 	locker := dlocktest.MustNew()
 	defer locker.Close(ctx)
 
-	lock, _ := locker.Acquire(ctx, "leader", dlock.WithAcquireOwner("pod-a"))
+	lock, _ := locker.Acquire(ctx, "leader", dlock.WithOwner("pod-a"))
 	info, _ := locker.Inspect(ctx, "leader")
 	fmt.Println(info.Owner, info.Fence == lock.Fence())
 	_ = lock.Release(ctx)

@@ -10,7 +10,7 @@ import (
 )
 
 // Inspect returns what the Locker holds for the lock name, as
-// (*dlock.Client).Inspect does: the holder's owner (dlock.WithAcquireOwner's
+// (*dlock.Client).Inspect does: the holder's owner (dlock.WithOwner's
 // text, "dlocktest" without it), token, fence, since when it holds the lock
 // and what is left of its lease, on the Locker's clock, and how many wait for
 // it; the kind, a read lock's readers and a semaphore's permits, and a name

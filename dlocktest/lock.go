@@ -18,7 +18,7 @@ type lock struct {
 	token string
 	fence int64
 	renew bool
-	owner string    // dlock.WithAcquireOwner's, or "dlocktest"
+	owner string    // dlock.WithOwner's, or "dlocktest"
 	since time.Time // acquired (granted or handed over), on the clock
 	// shared: a reader (dlock.Shared), one of entry.readers
 	shared bool

@@ -191,7 +191,7 @@ func TestWaitLimitOnTheClock(t *testing.T) {
 
 func TestBusyErrorMessage(t *testing.T) {
 	l, clock := manual(t)
-	mustTry(t, l, "m", dlock.WithTTL(10*time.Second), dlock.WithoutRenewal(), dlock.WithAcquireOwner("billing-7"))
+	mustTry(t, l, "m", dlock.WithTTL(10*time.Second), dlock.WithoutRenewal(), dlock.WithOwner("billing-7"))
 	clock.Advance(3 * time.Second)
 	ctx, cancel := context.WithCancel(bg)
 	ch := waiting(t, l, ctx, "m")

@@ -25,7 +25,7 @@ const semPrefix = "S"
 // wait in, or a mismatch. l.mu must be held.
 func (l *Locker) tryPermit(ctx context.Context, name string, s dlock.AcquireSettings) (*entry, *lock, error) {
 	if x := l.names[name]; x != nil && (x.held() || !x.kept.IsZero()) { // kept for a min hold: the key is still there
-		return nil, nil, opError("acquire", name, fmt.Errorf("%w: Permits(%d) asked, but the name is held as an exclusive lock", dlock.ErrMismatch, s.Permits))
+		return nil, nil, opError("acquire", name, fmt.Errorf("%w: WithPermits(%d) asked, but the name is held as an exclusive lock", dlock.ErrMismatch, s.Permits))
 	}
 	e := l.sems[name]
 	if e == nil {
@@ -33,7 +33,7 @@ func (l *Locker) tryPermit(ctx context.Context, name string, s dlock.AcquireSett
 		l.sems[name] = e
 	}
 	if e.permits != s.Permits {
-		return nil, nil, opError("acquire", name, fmt.Errorf("%w: Permits(%d) asked, but the holders use Permits(%d)", dlock.ErrMismatch, s.Permits, e.permits))
+		return nil, nil, opError("acquire", name, fmt.Errorf("%w: WithPermits(%d) asked, but the holders use WithPermits(%d)", dlock.ErrMismatch, s.Permits, e.permits))
 	}
 	if len(e.sem) < e.permits && len(e.waiters) == 0 {
 		return e, l.grant(ctx, name, s), nil
@@ -50,9 +50,9 @@ func (l *Locker) permitsHeld(name string, s dlock.AcquireSettings) error {
 	}
 	kind := "an exclusive lock"
 	if s.Shared {
-		kind = "a read lock (Shared)"
+		kind = "a read lock (WithShared)"
 	}
-	return opError("acquire", name, fmt.Errorf("%w: %s asked, but the name is held as a semaphore: %d of its Permits(%d) held",
+	return opError("acquire", name, fmt.Errorf("%w: %s asked, but the name is held as a semaphore: %d of its WithPermits(%d) held",
 		dlock.ErrMismatch, kind, len(e.sem), e.permits))
 }
 

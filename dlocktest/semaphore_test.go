@@ -14,14 +14,14 @@ import (
 // and an exclusive lock of one name exclude each other as the Client's do.
 func TestSemaphoreOnTheClock(t *testing.T) {
 	l, clock := manual(t)
-	a := mustTry(t, l, "pool", dlock.Permits(2), dlock.WithTTL(time.Second), dlock.WithoutRenewal())
-	b := mustTry(t, l, "pool", dlock.Permits(2), dlock.WithTTL(time.Minute))
+	a := mustTry(t, l, "pool", dlock.WithPermits(2), dlock.WithTTL(time.Second), dlock.WithoutRenewal())
+	b := mustTry(t, l, "pool", dlock.WithPermits(2), dlock.WithTTL(time.Minute))
 	if got := l.Permits("pool"); len(got) != 2 || got[0] != a || got[1] != b {
 		t.Fatalf("Permits = %v", got)
 	}
 	done := make(chan dlock.Lock, 1)
 	go func() {
-		lk, err := l.Acquire(bg, "pool", dlock.Permits(2), dlock.WithTTL(time.Minute), dlock.WithWait(time.Hour))
+		lk, err := l.Acquire(bg, "pool", dlock.WithPermits(2), dlock.WithTTL(time.Minute), dlock.WithWait(time.Hour))
 		if err != nil {
 			t.Error(err)
 		}
@@ -47,7 +47,7 @@ func TestSemaphoreOnTheClock(t *testing.T) {
 	}
 	_ = c.Release(bg)
 	x := mustTry(t, l, "pool")
-	if _, err := l.TryAcquire(bg, "pool", dlock.Permits(2)); !errors.Is(err, dlock.ErrMismatch) {
+	if _, err := l.TryAcquire(bg, "pool", dlock.WithPermits(2)); !errors.Is(err, dlock.ErrMismatch) {
 		t.Fatalf("a permit while the exclusive lock is held: %v", err)
 	}
 	_ = x.Release(bg)

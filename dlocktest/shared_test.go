@@ -41,10 +41,10 @@ func TestSharedBatchInArrivalOrder(t *testing.T) {
 	l, _ := manual(t)
 	long := dlock.WithWait(time.Hour)
 	w := mustTry(t, l, "b")
-	r1 := waiting(t, l, bg, "b", dlock.Shared(), long)
-	r2 := waiting(t, l, bg, "b", dlock.Shared(), long)
+	r1 := waiting(t, l, bg, "b", dlock.WithShared(), long)
+	r2 := waiting(t, l, bg, "b", dlock.WithShared(), long)
 	w2 := waiting(t, l, bg, "b", long)
-	r3 := waiting(t, l, bg, "b", dlock.Shared(), long)
+	r3 := waiting(t, l, bg, "b", dlock.WithShared(), long)
 	if err := w.Release(bg); err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +67,10 @@ func TestSharedBatchInArrivalOrder(t *testing.T) {
 // gives up.
 func TestSharedReaderAdmittedWhenWriterGivesUp(t *testing.T) {
 	l, _ := manual(t)
-	r := mustTry(t, l, "g", dlock.Shared())
+	r := mustTry(t, l, "g", dlock.WithShared())
 	wctx, cancel := context.WithCancel(bg)
 	w := waiting(t, l, wctx, "g", dlock.WithWait(time.Hour))
-	r2 := waiting(t, l, bg, "g", dlock.Shared(), dlock.WithWait(time.Hour))
+	r2 := waiting(t, l, bg, "g", dlock.WithShared(), dlock.WithWait(time.Hour))
 	stillWaiting(t, "reader behind a waiting writer", r2)
 	cancel()
 	if res := <-w; res.err == nil {
@@ -84,7 +84,7 @@ func TestSharedReaderAdmittedWhenWriterGivesUp(t *testing.T) {
 // not before.
 func TestSharedReaderExpiresOnTheClock(t *testing.T) {
 	l, clock := manual(t)
-	r := mustTry(t, l, "e", dlock.Shared(), dlock.WithTTL(time.Second), dlock.WithoutRenewal())
+	r := mustTry(t, l, "e", dlock.WithShared(), dlock.WithTTL(time.Second), dlock.WithoutRenewal())
 	w := waiting(t, l, bg, "e", dlock.WithWait(time.Hour))
 	clock.Advance(999 * time.Millisecond)
 	stillWaiting(t, "writer during the reader's lease", w)

@@ -86,9 +86,9 @@ func (c *config) fail(err error) {
 }
 
 // WithIdentity sets this candidate's identity: the owner text of its lock
-// while it leads (dlock.WithAcquireOwner), which Leader, Observe and the
+// while it leads (dlock.WithOwner), which Leader, Observe and the
 // CLI's inspect show. Default: the Locker's owner text (the Client's
-// WithOwner, "hostname/pid" by default), or "hostname/pid" for a Locker that
+// WithDefaultOwner, "hostname/pid" by default), or "hostname/pid" for a Locker that
 // does not tell it. Candidates sharing a Client need one each.
 func WithIdentity(id string) Option {
 	return optionFunc(func(c *config) {
@@ -211,7 +211,7 @@ func (l *Leadership) Resign(ctx context.Context) error { return l.lock.Release(c
 // ends first, the error matches ctx's error (and dlock.ErrNotObtained when
 // it ended a wait).
 func (e *Election) Campaign(ctx context.Context) (*Leadership, error) {
-	opts := []dlock.AcquireOption{dlock.WithAcquireOwner(e.cfg.identity), dlock.WithWait(campaignWait)}
+	opts := []dlock.AcquireOption{dlock.WithOwner(e.cfg.identity), dlock.WithWait(campaignWait)}
 	if e.cfg.ttl > 0 {
 		opts = append(opts, dlock.WithTTL(e.cfg.ttl))
 	}

@@ -427,7 +427,7 @@ func TestRun(t *testing.T) {
 // Without WithIdentity a candidate is the Client's owner text.
 func TestDefaultIdentity(t *testing.T) {
 	rdb, _ := setup(t)
-	c := newClient(t, rdb, dlock.WithOwner("svc/7"))
+	c := newClient(t, rdb, dlock.WithDefaultOwner("svc/7"))
 	e := mustNew(t, c, "default-id")
 	lead, err := e.Campaign(bg)
 	if err != nil {

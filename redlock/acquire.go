@@ -138,11 +138,11 @@ func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.Acquir
 		// A quorum of read locks over nodes that each hand off on their
 		// own is not a read lock: refuse rather than take a write lock the
 		// caller did not ask for.
-		err = fmt.Errorf("%w: Shared (read locks) is not supported by Redlock", dlock.ErrInvalidOption)
+		err = fmt.Errorf("%w: WithShared (read locks) is not supported by Redlock", dlock.ErrInvalidOption)
 	case s.Permits > 0:
 		// A quorum of permits on independent nodes is not a semaphore
 		// of n: refuse rather than hand out more than n.
-		err = fmt.Errorf("%w: Permits(%d) is not supported by Redlock", dlock.ErrInvalidOption, s.Permits)
+		err = fmt.Errorf("%w: WithPermits(%d) is not supported by Redlock", dlock.ErrInvalidOption, s.Permits)
 	case r.isClosed():
 		err = dlock.ErrClosed
 	default:

@@ -125,5 +125,5 @@
 // persistence, or restart them only after the longest TTL, to keep that
 // margin. Lock has
 // no hold limit (WithMaxHold is refused), and WithReplicas does not apply to
-// independent primaries (refused too); nor are read locks (Shared).
+// independent primaries (refused too); nor are read locks (WithShared).
 package redlock

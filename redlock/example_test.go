@@ -19,7 +19,7 @@ func Example() {
 	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"} {
 		rdbs = append(rdbs, redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true}))
 	}
-	r, err := redlock.New(rdbs, redlock.WithOwner("billing-worker"))
+	r, err := redlock.New(rdbs, redlock.WithDefaultOwner("billing-worker"))
 	if err != nil {
 		log.Fatal(err)
 	}

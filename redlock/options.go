@@ -65,9 +65,9 @@ func WithPrefix(p string) Option {
 	})
 }
 
-// WithOwner sets the free text stored with every lock as its owner, shown by
+// WithDefaultOwner sets the free text stored with every lock as its owner, shown by
 // the CLI and the admin view (default "hostname/pid").
-func WithOwner(owner string) Option {
+func WithDefaultOwner(owner string) Option {
 	return optionFunc(func(c *config) { c.owner = owner })
 }
 

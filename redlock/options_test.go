@@ -52,7 +52,7 @@ func TestNewRefusesInvalidConfiguration(t *testing.T) {
 			}
 		})
 	}
-	r, err := redlock.New(two, redlock.WithPrefix("app:"), redlock.WithOwner("me"), redlock.WithDefaultTTL(time.Minute),
+	r, err := redlock.New(two, redlock.WithPrefix("app:"), redlock.WithDefaultOwner("me"), redlock.WithDefaultTTL(time.Minute),
 		redlock.WithTTLBounds(time.Millisecond, time.Hour), redlock.WithReleaseTimeout(time.Second),
 		redlock.WithFenceLifetime(time.Hour), redlock.WithObserver(dlock.BaseObserver{}))
 	if err != nil {

@@ -138,7 +138,7 @@ func TestRefusesMaxHoldAndReplicas(t *testing.T) {
 		{"WithMaxHold", dlock.WithMaxHold(400 * time.Millisecond)},
 		{"WithMinHold", dlock.WithMinHold(400 * time.Millisecond)},
 		{"WithReplicas", dlock.WithReplicas(1, 100*time.Millisecond)},
-		{"Permits", dlock.Permits(2)},
+		{"Permits", dlock.WithPermits(2)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, acquire := range []func(context.Context, string, ...dlock.AcquireOption) (dlock.Lock, error){r.Acquire, r.TryAcquire} {
@@ -162,7 +162,7 @@ func TestRefusesMaxHoldAndReplicas(t *testing.T) {
 // a dlock.Client on one node sees it busy, and the prefix option applies.
 func TestKeysAreTheCores(t *testing.T) {
 	_, rdbs := startNodes(t, 3)
-	r := newRedlock(t, rdbs, redlock.WithPrefix("app:"), redlock.WithOwner("redlock-test"))
+	r := newRedlock(t, rdbs, redlock.WithPrefix("app:"), redlock.WithDefaultOwner("redlock-test"))
 	l, err := r.TryAcquire(bg, "shared")
 	if err != nil {
 		t.Fatal(err)
@@ -185,12 +185,12 @@ func TestKeysAreTheCores(t *testing.T) {
 	}
 }
 
-// dlock.WithAcquireOwner's text replaces the Redlock's owner on every node,
+// dlock.WithOwner's text replaces the Redlock's owner on every node,
 // for that acquisition only.
 func TestAcquireOwner(t *testing.T) {
 	_, rdbs := startNodes(t, 3)
-	r := newRedlock(t, rdbs, redlock.WithOwner("redlock-test"))
-	l, err := r.TryAcquire(bg, "owned", dlock.WithAcquireOwner("candidate-7"))
+	r := newRedlock(t, rdbs, redlock.WithDefaultOwner("redlock-test"))
+	l, err := r.TryAcquire(bg, "owned", dlock.WithOwner("candidate-7"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestRedisCLIHabits(t *testing.T) {
 	// A lock in database 3 only.
 	rdb3 := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 3})
 	defer rdb3.Close()
-	c := dlock.MustNew(rdb3, dlock.WithOwner("db3-owner"))
+	c := dlock.MustNew(rdb3, dlock.WithDefaultOwner("db3-owner"))
 	defer c.Close(context.Background())
 	l, err := c.Acquire(context.Background(), "in-db-3", dlock.WithTTL(30*time.Second))
 	if err != nil {

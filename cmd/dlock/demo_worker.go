@@ -85,7 +85,7 @@ func (a *app) demoWorker(ctx context.Context, o workerOptions) error {
 	if o.mode == "naive" {
 		lk = &naiveLock{rdb: rdb, key: o.prefix + "naive:lock", audit: o.prefix + "naive:holder", ttl: o.ttl, worker: o.id}
 	} else {
-		c := dlock.MustNew(rdb, dlock.WithPrefix(o.prefix+"lock:"), dlock.WithOwner(fmt.Sprintf("demo worker %d", o.id)))
+		c := dlock.MustNew(rdb, dlock.WithPrefix(o.prefix+"lock:"), dlock.WithDefaultOwner(fmt.Sprintf("demo worker %d", o.id)))
 		defer func() { _ = c.Close(context.WithoutCancel(ctx)) }()
 		lk = &dlockLock{c: c, ttl: o.ttl}
 	}

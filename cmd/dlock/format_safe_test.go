@@ -17,7 +17,7 @@ func TestListInspectQuoteControlCharacters(t *testing.T) {
 	srv := redistest.Start(t)
 	const evilName, evilOwner = "evil\n\x1b[31mname", "own\x1b[31mer\nFAKE ROW"
 	ctx := context.Background()
-	c := dlock.MustNew(srv.Client(t), dlock.WithOwner(evilOwner))
+	c := dlock.MustNew(srv.Client(t), dlock.WithDefaultOwner(evilOwner))
 	defer c.Close(ctx)
 	for _, name := range []string{evilName, "plain-name"} {
 		l, err := c.Acquire(ctx, name, dlock.WithTTL(30*time.Second))
@@ -27,7 +27,7 @@ func TestListInspectQuoteControlCharacters(t *testing.T) {
 		defer l.Release(ctx)
 	}
 	// A waiter with the same owner, for inspect's queue.
-	w := dlock.MustNew(srv.Client(t), dlock.WithOwner(evilOwner))
+	w := dlock.MustNew(srv.Client(t), dlock.WithDefaultOwner(evilOwner))
 	defer w.Close(ctx)
 	wctx, cancel := context.WithCancel(ctx)
 	waited := make(chan struct{})

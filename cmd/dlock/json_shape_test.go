@@ -27,7 +27,7 @@ func TestCLIAndAdminJSONAgree(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	newClient := func(owner string) *dlock.Client {
-		c := dlock.MustNew(srv.Client(t), dlock.WithOwner(owner))
+		c := dlock.MustNew(srv.Client(t), dlock.WithDefaultOwner(owner))
 		t.Cleanup(func() { _ = c.Close(context.Background()) })
 		return c
 	}
@@ -49,14 +49,14 @@ func TestCLIAndAdminJSONAgree(t *testing.T) {
 	take(newClient("excl-holder"), "excl")
 	wait(newClient("excl-waiter"), "excl")
 	nwaiters++
-	take(newClient("reader-1"), "shared", dlock.Shared())
-	take(newClient("reader-2"), "shared", dlock.Shared())
+	take(newClient("reader-1"), "shared", dlock.WithShared())
+	take(newClient("reader-2"), "shared", dlock.WithShared())
 	wait(newClient("shared-writer"), "shared")
 	nwaiters++
 	for _, o := range []string{"permit-1", "permit-2"} {
-		take(newClient(o), "sem", dlock.Permits(2))
+		take(newClient(o), "sem", dlock.WithPermits(2))
 	}
-	wait(newClient("sem-waiter"), "sem", dlock.Permits(2))
+	wait(newClient("sem-waiter"), "sem", dlock.WithPermits(2))
 	nwaiters++
 	t.Cleanup(func() {
 		cancel()

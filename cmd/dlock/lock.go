@@ -112,7 +112,7 @@ func (a *app) holdLock(ctx context.Context, name string, o runOptions, output st
 		host, _ := os.Hostname()
 		owner = fmt.Sprintf("%s/%d dlock lock", host, os.Getpid())
 	}
-	c, _, closeAll, err := a.locker(dlock.WithOwner(owner))
+	c, _, closeAll, err := a.locker(dlock.WithDefaultOwner(owner))
 	if err != nil {
 		return err
 	}

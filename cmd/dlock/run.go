@@ -39,13 +39,13 @@ func (o runOptions) acquireOptions() []dlock.AcquireOption {
 		opts = append(opts, dlock.WithMinHold(o.minHold))
 	}
 	if o.shared {
-		opts = append(opts, dlock.Shared())
+		opts = append(opts, dlock.WithShared())
 	}
 	if o.skip {
-		opts = append(opts, dlock.SkipWaitingWriters())
+		opts = append(opts, dlock.WithoutWriterPriority())
 	}
 	if o.permits > 0 {
-		opts = append(opts, dlock.Permits(o.permits))
+		opts = append(opts, dlock.WithPermits(o.permits))
 	}
 	return opts
 }
@@ -313,7 +313,7 @@ func (a *app) run(ctx context.Context, o runOptions, names []string, argv []stri
 		// before the lock is taken.
 		owner = fmt.Sprintf("%s/%d dlock run %s", host, os.Getpid(), filepath.Base(argv[0]))
 	}
-	c, _, closeAll, err := a.locker(dlock.WithOwner(owner))
+	c, _, closeAll, err := a.locker(dlock.WithDefaultOwner(owner))
 	if err != nil {
 		return err
 	}

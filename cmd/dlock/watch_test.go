@@ -18,7 +18,7 @@ import (
 // ownerClient is a library client whose locks show owner.
 func ownerClient(t *testing.T, rdb redis.UniversalClient, owner string) *dlock.Client {
 	t.Helper()
-	c, err := dlock.New(rdb, dlock.WithOwner(owner))
+	c, err := dlock.New(rdb, dlock.WithDefaultOwner(owner))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestWatchText(t *testing.T) {
 	all = append(all, expectLine(t, b, lines, `exclusive "alice" fence `+itoa(la.Fence()))...)
 	bobGot := acquireLater(t, bob, name)
 	all = append(all, expectLine(t, b, lines, `exclusive "alice"`, `; 1 waiting: "bob" (exclusive)`)...)
-	carolGot := acquireLater(t, carol, name, dlock.Shared())
+	carolGot := acquireLater(t, carol, name, dlock.WithShared())
 	all = append(all, expectLine(t, b, lines, `exclusive "alice"`, `; 2 waiting: "bob" (exclusive), "carol" (shared)`)...)
 
 	if err := la.Release(context.Background()); err != nil {
@@ -152,7 +152,7 @@ func TestWatchJSONSemaphore(t *testing.T) {
 	if ev := next(); ev.Held || ev.Lock != nil {
 		t.Fatalf("first event %+v, want free", ev)
 	}
-	sem := []dlock.AcquireOption{dlock.Permits(2), dlock.WithTTL(5 * time.Second)}
+	sem := []dlock.AcquireOption{dlock.WithPermits(2), dlock.WithTTL(5 * time.Second)}
 	la, err := alice.Acquire(context.Background(), name, sem...)
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +161,7 @@ func TestWatchJSONSemaphore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	carolGot := acquireLater(t, carol, name, dlock.Permits(2))
+	carolGot := acquireLater(t, carol, name, dlock.WithPermits(2))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ev := next()

@@ -65,7 +65,7 @@ func exported(t *testing.T) series {
 	for _, h := range []struct {
 		name string
 		opts []dlock.AcquireOption
-	}{{"order:1", nil}, {"report:1", []dlock.AcquireOption{dlock.Shared()}}, {"pool:1", []dlock.AcquireOption{dlock.Permits(2)}}} {
+	}{{"order:1", nil}, {"report:1", []dlock.AcquireOption{dlock.WithShared()}}, {"pool:1", []dlock.AcquireOption{dlock.WithPermits(2)}}} {
 		if _, err := c.TryAcquire(bg, h.name, h.opts...); err != nil {
 			t.Fatal(err)
 		}

@@ -160,7 +160,7 @@ func newLockers(ropts *redis.Options, n int) ([]dlock.Locker, func(), error) {
 		o.ContextTimeoutEnabled = true
 		rdb := redis.NewClient(&o)
 		closers = append(closers, func() { _ = rdb.Close() })
-		c, err := dlock.New(rdb, dlock.WithOwner(fmt.Sprintf("dbtx-worker-%d", i)))
+		c, err := dlock.New(rdb, dlock.WithDefaultOwner(fmt.Sprintf("dbtx-worker-%d", i)))
 		if err != nil {
 			closeAll()
 			return nil, nil, err

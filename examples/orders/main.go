@@ -54,7 +54,7 @@ func run(ctx context.Context, args []string) error {
 	opts.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
-	locker, err := dlock.New(rdb, dlock.WithOwner("orders@"+*listen))
+	locker, err := dlock.New(rdb, dlock.WithDefaultOwner("orders@"+*listen))
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func instance(t *testing.T, redisAddr, name string) *httptest.Server {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
-	locker := dlock.MustNew(rdb, dlock.WithOwner(name))
+	locker := dlock.MustNew(rdb, dlock.WithDefaultOwner(name))
 	t.Cleanup(func() { _ = locker.Close(context.Background()) })
 	srv := httptest.NewServer(newHandler(locker, rdb, name, 50*time.Millisecond, false))
 	t.Cleanup(srv.Close)

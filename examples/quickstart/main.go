@@ -38,7 +38,7 @@ func main() {
 	ctx := context.Background()
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
-	locker, err := dlock.New(rdb, dlock.WithOwner("quickstart"))
+	locker, err := dlock.New(rdb, dlock.WithDefaultOwner("quickstart"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -161,7 +161,7 @@ func RunInProcess(ctx context.Context, addr, resAddr string, seed uint64, d time
 	for i := range clients {
 		if !opts.Naive {
 			clients[i] = dlock.MustNew(rdbs[i], dlock.WithPrefix(lockPrefix),
-				dlock.WithReleaseTimeout(time.Second), dlock.WithOwner(fmt.Sprintf("torture-w%d", i)))
+				dlock.WithReleaseTimeout(time.Second), dlock.WithDefaultOwner(fmt.Sprintf("torture-w%d", i)))
 		}
 		for g := range max(opts.PerClient, 1) {
 			wg.Add(1)
@@ -277,7 +277,7 @@ func (r *inproc) worker(ctx context.Context, i int, c *dlock.Client, rdb *redis.
 		if c != nil {
 			opts := []dlock.AcquireOption{dlock.WithTTL(r.opts.TTL), dlock.WithWait(r.opts.Wait)}
 			if shared || r.opts.WritesShared {
-				opts = append(opts, dlock.Shared())
+				opts = append(opts, dlock.WithShared())
 			}
 			if r.opts.MinHold > 0 && !r.opts.MinHoldUnasked {
 				opts = append(opts, dlock.WithMinHold(r.opts.MinHold))

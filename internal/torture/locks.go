@@ -78,7 +78,7 @@ func (d dlockLocker) Close(ctx context.Context) error { return d.c.Close(ctx) }
 
 // AcquireShared takes a read lock (dlock.Shared).
 func (d dlockLocker) AcquireShared(ctx context.Context, name string) (held, error) {
-	l, err := d.c.Acquire(ctx, name, append(d.opts[:len(d.opts):len(d.opts)], dlock.Shared())...)
+	l, err := d.c.Acquire(ctx, name, append(d.opts[:len(d.opts):len(d.opts)], dlock.WithShared())...)
 	if err != nil {
 		return nil, err
 	}
@@ -230,11 +230,11 @@ func newLocker(kind string, rdb redis.UniversalClient, owner, prefix string, ttl
 			opts = append(opts, dlock.WithReplicas(replicas, ttl/4))
 		}
 		if permits > 0 {
-			opts = append(opts, dlock.Permits(permits))
+			opts = append(opts, dlock.WithPermits(permits))
 		}
-		return dlockLocker{c: dlock.MustNew(rdb, dlock.WithOwner(owner), dlock.WithPrefix(prefix)), opts: opts}, nil
+		return dlockLocker{c: dlock.MustNew(rdb, dlock.WithDefaultOwner(owner), dlock.WithPrefix(prefix)), opts: opts}, nil
 	case LockElection:
-		return electionLocker{c: dlock.MustNew(rdb, dlock.WithOwner(owner), dlock.WithPrefix(prefix)), owner: owner, ttl: ttl, wait: wait}, nil
+		return electionLocker{c: dlock.MustNew(rdb, dlock.WithDefaultOwner(owner), dlock.WithPrefix(prefix)), owner: owner, ttl: ttl, wait: wait}, nil
 	case LockSemRacy:
 		return &semRacy{rdb: rdb, prefix: prefix, n: max(permits, 1), ttl: ttl, wait: wait}, nil
 	case LockSetnxExpire, LockPlainDel, LockGetThenDel, LockNoRenewal:

@@ -16,7 +16,7 @@ const minHoldSlack = 2 * time.Millisecond
 // "Next" goes by fence, the order of the grants: Got, stamped when the reply
 // arrived, can invert two grants whose replies were delayed. Asked is a lower bound of the grant only: a holder that waited long
 // is checked loosely, one that was granted at once tightly. Reads are not
-// judged (a min hold with Shared is not a case this run makes).
+// judged (a min hold with WithShared is not a case this run makes).
 func (c *checker) minHolds(holds []Hold) {
 	holds = slices.Clone(holds)
 	slices.SortFunc(holds, func(a, b Hold) int { return cmp.Compare(a.Fence, b.Fence) })

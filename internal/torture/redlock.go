@@ -169,7 +169,7 @@ func newNodeLocker(cfg workerConfig, owner string) (locker, error) {
 	if cfg.Lock == LockRedlockQuorum1 {
 		q := &quorumOne{ttl: cfg.TTL, wait: cfg.Wait, close: closeAll}
 		for _, c := range rdbs {
-			q.clients = append(q.clients, dlock.MustNew(c, dlock.WithOwner(owner), dlock.WithPrefix(cfg.Prefix)))
+			q.clients = append(q.clients, dlock.MustNew(c, dlock.WithDefaultOwner(owner), dlock.WithPrefix(cfg.Prefix)))
 		}
 		return q, nil
 	}
@@ -178,7 +178,7 @@ func newNodeLocker(cfg workerConfig, owner string) (locker, error) {
 		clients[i] = c
 	}
 	opts := []dlock.AcquireOption{dlock.WithTTL(cfg.TTL), dlock.WithWait(cfg.Wait)}
-	rl, err := redlock.New(clients, redlock.WithOwner(owner), redlock.WithPrefix(cfg.Prefix))
+	rl, err := redlock.New(clients, redlock.WithDefaultOwner(owner), redlock.WithPrefix(cfg.Prefix))
 	if err != nil {
 		closeAll()
 		return nil, err
