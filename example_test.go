@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // The quickstart: one Client per process, one TryAcquire per critical
@@ -286,9 +287,9 @@ func ExampleWithShared() {
 
 // holdLog prints hold warnings: in a service, dlockprom counts them and
 // WithLogger logs them at Warn.
-type holdLog struct{ dlock.BaseObserver }
+type holdLog struct{ observe.BaseObserver }
 
-func (holdLog) OnHoldWarning(e dlock.HoldWarningEvent) {
+func (holdLog) OnHoldWarning(e observe.HoldWarningEvent) {
 	fmt.Printf("%s held past %v (TTL %v)\n", e.Name, e.Threshold, e.TTL)
 }
 

@@ -11,32 +11,33 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // holdRecorder keeps the hold warnings and releases it is given.
 type holdRecorder struct {
-	dlock.BaseObserver
+	observe.BaseObserver
 	mu       sync.Mutex
-	warnings []dlock.HoldWarningEvent
-	releases []dlock.ReleaseEvent
+	warnings []observe.HoldWarningEvent
+	releases []observe.ReleaseEvent
 }
 
-func (r *holdRecorder) OnHoldWarning(e dlock.HoldWarningEvent) {
+func (r *holdRecorder) OnHoldWarning(e observe.HoldWarningEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.warnings = append(r.warnings, e)
 }
 
-func (r *holdRecorder) OnRelease(_ context.Context, e dlock.ReleaseEvent) {
+func (r *holdRecorder) OnRelease(_ context.Context, e observe.ReleaseEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.releases = append(r.releases, e)
 }
 
-func (r *holdRecorder) seen() ([]dlock.HoldWarningEvent, []dlock.ReleaseEvent) {
+func (r *holdRecorder) seen() ([]observe.HoldWarningEvent, []observe.ReleaseEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]dlock.HoldWarningEvent(nil), r.warnings...), append([]dlock.ReleaseEvent(nil), r.releases...)
+	return append([]observe.HoldWarningEvent(nil), r.warnings...), append([]observe.ReleaseEvent(nil), r.releases...)
 }
 
 // A hold past its warning threshold is reported once, while it runs (by the

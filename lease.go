@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/node"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // A lock's lease as this process knows it, on the local monotonic clock:
@@ -114,10 +115,10 @@ func (l *redisLock) leaseEnded() {
 		return
 	}
 	var cause error
-	reason := ReasonExpired
+	reason := observe.ReasonExpired
 	switch {
 	case l.holdDone:
-		reason = ReasonHoldLimit
+		reason = observe.ReasonHoldLimit
 		cause = fmt.Errorf("%w: %w of %v reached", ErrLockLost, ErrHoldLimit, l.maxHold)
 	case !l.renew:
 		cause = fmt.Errorf("%w: lease of %v ran out (renewal off)", ErrLockLost, l.ttl)
@@ -182,9 +183,9 @@ func (l *redisLock) markLocked(to lockState, cause error) (ending, bool) {
 // announce tells of an ending that markLocked made: a loss to the
 // observers first (whoever wakes on the context finds the metrics and logs
 // already telling of it), then the context, the renewer and the held set.
-func (l *redisLock) announce(to lockState, reason Reason, e ending) {
+func (l *redisLock) announce(to lockState, reason observe.Reason, e ending) {
 	if to == lost {
-		l.c.cfg.observers.lost(LostEvent{Name: l.name, Fence: l.fence, Reason: reason, Held: time.Since(l.start), TTL: e.ttl, Cause: e.cause})
+		l.c.cfg.observers.lost(observe.LostEvent{Name: l.name, Fence: l.fence, Reason: reason, Held: time.Since(l.start), TTL: e.ttl, Cause: e.cause})
 	}
 	if e.cancel != nil {
 		e.cancel(e.first)
@@ -195,7 +196,7 @@ func (l *redisLock) announce(to lockState, reason Reason, e ending) {
 
 // end moves a held lock to released or lost, once, and cancels its context
 // with cause; a loss is reported to the observers.
-func (l *redisLock) end(to lockState, reason Reason, cause error) {
+func (l *redisLock) end(to lockState, reason observe.Reason, cause error) {
 	l.mu.Lock()
 	e, ok := l.markLocked(to, cause)
 	l.mu.Unlock()

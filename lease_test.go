@@ -17,6 +17,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // A grant whose reply comes back after its lease ran out (the client stalled
@@ -222,11 +223,11 @@ func takeOnceFree(t *testing.T, c *dlock.Client, name string) dlock.Lock {
 // blockingLoss holds the first OnLost until released: the loss is being
 // reported, its context not yet cancelled.
 type blockingLoss struct {
-	dlock.BaseObserver
+	observe.BaseObserver
 	entered, proceed chan struct{}
 }
 
-func (b *blockingLoss) OnLost(dlock.LostEvent) {
+func (b *blockingLoss) OnLost(observe.LostEvent) {
 	close(b.entered)
 	<-b.proceed
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/node"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // redisLock is the Lock a Client hands out: one acquisition of a named
@@ -226,7 +227,7 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	if !ok {
 		if !l.isReleasing() {
-			l.end(lost, ReasonTakenOver, fmt.Errorf("%w: refresh found the lock gone or taken over", ErrLockLost))
+			l.end(lost, observe.ReasonTakenOver, fmt.Errorf("%w: refresh found the lock gone or taken over", ErrLockLost))
 		}
 		return opError("refresh", l.name, ErrNotHeld)
 	}
@@ -315,7 +316,7 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 	} else {
 		l.setUnconfirmed(false)
 	}
-	e := ReleaseEvent{Name: l.name, Fence: l.fence, Held: time.Since(l.start), AfterLoss: l.is(lost), TTL: l.leaseTTL()}
+	e := observe.ReleaseEvent{Name: l.name, Fence: l.fence, Held: time.Since(l.start), AfterLoss: l.is(lost), TTL: l.leaseTTL()}
 	switch {
 	case err == nil && e.AfterLoss && (res == 1 || res == 2):
 		// The lock's context already told the holder it was lost (its
@@ -323,29 +324,29 @@ func (l *redisLock) release(ctx context.Context, cause error) error {
 		// ours, is freed early for the next holder, but the holder learns
 		// what its context said. Nothing was exclusive since the loss.
 		err = opError("release", l.name, fmt.Errorf("%w: lost before the release (%v)", ErrNotHeld, l.lostCause()))
-		e.Result = ResultNotHeld
+		e.Result = observe.ResultNotHeld
 	case err != nil:
 		// State unknown: the caller may try again, and a re-sent release
 		// that finds the record of its release still reports success.
 		// Until one is answered (confirmRelease) the lease deadline still
 		// ends the lock's context.
 		err = opError("release", l.name, redisError(err))
-		e.Result = ResultError
+		e.Result = observe.ResultError
 	case res == 1 || res == 2: // 2: this token's release had already run (a re-sent command)
-		e.Result = ResultOK
+		e.Result = observe.ResultOK
 	case res == 0:
 		err = opError("release", l.name, ErrNotHeld)
-		e.Result = ResultNotHeld
+		e.Result = observe.ResultNotHeld
 	default:
 		err = opError("release", l.name, fmt.Errorf("unexpected reply %d", res))
-		e.Result = ResultError
+		e.Result = observe.ResultError
 	}
-	if e.Result == ResultOK {
+	if e.Result == observe.ResultOK {
 		// Held until now: a lock lost before (AfterLoss), or found gone,
 		// was held only until its loss.
 		l.warnLongHold(e.Held, e.TTL)
 	}
-	if e.Result != ResultError {
+	if e.Result != observe.ResultError {
 		l.end(released, "", cause)
 	}
 	e.Err = err
@@ -405,12 +406,12 @@ func (l *redisLock) confirmRelease(cause error, until time.Time) {
 		switch {
 		case phase != held:
 		case done:
-			e := ReleaseEvent{Name: l.name, Fence: l.fence, Held: time.Since(l.start), TTL: l.leaseTTL(), Result: ResultOK}
+			e := observe.ReleaseEvent{Name: l.name, Fence: l.fence, Held: time.Since(l.start), TTL: l.leaseTTL(), Result: observe.ResultOK}
 			l.warnLongHold(e.Held, e.TTL)
 			l.end(released, "", cause)
 			l.c.cfg.observers.release(rctx, e)
 		default:
-			l.end(lost, ReasonTakenOver, fmt.Errorf("%w: found gone or taken over before its release was answered", ErrLockLost))
+			l.end(lost, observe.ReasonTakenOver, fmt.Errorf("%w: found gone or taken over before its release was answered", ErrLockLost))
 		}
 		return nil
 	})
@@ -491,7 +492,7 @@ func (l *redisLock) warnLongHold(held, ttl time.Duration) {
 	if l.holdWarn <= 0 || held < l.holdWarn || !l.warned.CompareAndSwap(false, true) {
 		return
 	}
-	l.c.cfg.observers.holdWarning(HoldWarningEvent{Name: l.name, Fence: l.fence, Held: held, TTL: ttl, Threshold: l.holdWarn})
+	l.c.cfg.observers.holdWarning(observe.HoldWarningEvent{Name: l.name, Fence: l.fence, Held: held, TTL: ttl, Threshold: l.holdWarn})
 }
 
 // leaseTTL is the lease renewals ask for.

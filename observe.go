@@ -5,144 +5,13 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/dlock-go/dlock/observe"
 )
-
-// Observer receives what happens to a client's locks, for metrics, traces
-// and logs (dlockprom, dlockotel, WithLogger). Methods run synchronously on
-// the caller's goroutine, or on the renewal loop's: they must be quick and
-// must not block or call back into the Client. Events carry the lock's name,
-// never its token.
-//
-// Every Observer embeds BaseObserver (the interface asks for a method only
-// it has), so an event added in a later version reaches existing observers
-// as a no-op instead of breaking their build.
-type Observer interface {
-	// OnAcquire follows every Acquire and TryAcquire, successful or not.
-	OnAcquire(ctx context.Context, e AcquireEvent)
-	// OnRenew follows every background renewal of a lock.
-	OnRenew(e RenewEvent)
-	// OnLost follows the loss of a held lock, at most once per lock.
-	OnLost(e LostEvent)
-	// OnRelease follows every Release, also one that failed with a Redis
-	// error (ResultError: the lock may still be held, the caller may retry).
-	OnRelease(ctx context.Context, e ReleaseEvent)
-	// OnHoldWarning follows a hold that ran past its warning threshold
-	// (WithHoldWarning), at most once per lock.
-	OnHoldWarning(e HoldWarningEvent)
-
-	baseObserver()
-}
-
-// BaseObserver implements Observer with methods that do nothing. Embed it in
-// an observer and override the events it cares about.
-type BaseObserver struct{}
-
-func (BaseObserver) OnAcquire(context.Context, AcquireEvent) {}
-func (BaseObserver) OnRenew(RenewEvent)                      {}
-func (BaseObserver) OnLost(LostEvent)                        {}
-func (BaseObserver) OnRelease(context.Context, ReleaseEvent) {}
-func (BaseObserver) OnHoldWarning(HoldWarningEvent)          {}
-func (BaseObserver) baseObserver()                           {}
-
-// Result is the outcome of an acquisition, renewal or release, as a label
-// value: short, lower case, one of a fixed set.
-type Result string
-
-// Reason is why a held lock was lost, as a label value.
-type Reason string
-
-// Results and reasons.
-const (
-	ResultAcquired  Result = "acquired"  // the lock was taken
-	ResultBusy      Result = "busy"      // held by another; a single attempt gave up
-	ResultTimeout   Result = "timeout"   // the wait limit or ctx's deadline passed
-	ResultCancelled Result = "cancelled" // ctx was cancelled
-	ResultError     Result = "error"     // Redis failed, or bad input
-
-	ResultOK      Result = "ok"       // renewed, or released
-	ResultLost    Result = "lost"     // a renewal found the lock gone
-	ResultNotHeld Result = "not_held" // released, but it was no longer ours
-
-	ReasonTakenOver Reason = "taken_over" // the token in Redis was gone or another's
-	ReasonExpired   Reason = "expired"    // no renewal confirmed before the lease deadline
-	ReasonHoldLimit Reason = "hold_limit" // WithMaxHold ended it
-)
-
-// AcquireResults, RenewResults, ReleaseResults and LostReasons list every
-// value each event can carry, for observers that create their series up
-// front (a counter that starts at zero shows in a graph; a missing one does
-// not).
-func AcquireResults() []Result {
-	return []Result{ResultAcquired, ResultBusy, ResultTimeout, ResultCancelled, ResultError}
-}
-
-// RenewResults lists the results of RenewEvent.
-func RenewResults() []Result { return []Result{ResultOK, ResultLost, ResultError} }
-
-// ReleaseResults lists the results of ReleaseEvent.
-func ReleaseResults() []Result { return []Result{ResultOK, ResultNotHeld, ResultError} }
-
-// LostReasons lists the reasons of LostEvent.
-func LostReasons() []Reason { return []Reason{ReasonTakenOver, ReasonExpired, ReasonHoldLimit} }
-
-// AcquireEvent is one Acquire or TryAcquire.
-type AcquireEvent struct {
-	Name   string
-	Result Result        // ResultAcquired, ResultBusy, ResultTimeout, ResultCancelled, ResultError
-	Wait   time.Duration // from the call to its result
-	Fence  int64         // the fence handed out, when acquired
-	Err    error         // the error returned, unless acquired
-}
-
-// RenewEvent is one background renewal of a lock.
-type RenewEvent struct {
-	Name string
-	// Fence is the lock's fencing token: with Name, it ties the events of
-	// one acquisition together (AcquireEvent's Fence, and the Lost and
-	// Release events of the same lock).
-	Fence  int64
-	Result Result // ResultOK, ResultLost, ResultError
-	Err    error  // the Redis error, for ResultError
-}
-
-// LostEvent is the loss of a held lock.
-type LostEvent struct {
-	Name   string
-	Fence  int64         // the lock's fencing token, as in RenewEvent
-	Reason Reason        // ReasonTakenOver, ReasonExpired, ReasonHoldLimit
-	Held   time.Duration // from acquisition to the loss
-	TTL    time.Duration // the lease it was renewed with, as in ReleaseEvent
-	Cause  error         // the cause given to the lock's context
-}
-
-// ReleaseEvent is one Release.
-type ReleaseEvent struct {
-	Name   string
-	Fence  int64         // the lock's fencing token, as in RenewEvent
-	Result Result        // ResultOK, ResultNotHeld, ResultError
-	Held   time.Duration // from acquisition to the release
-	// AfterLoss: the lock had been reported lost before (an OnLost event),
-	// so this release does not end a held lock a second time.
-	AfterLoss bool
-	// TTL is the lease the lock was renewed with (WithTTL, or the last
-	// Refresh): Held/TTL is the hold-to-TTL ratio dlockprom and dlockotel
-	// record, to size TTLs by.
-	TTL time.Duration
-	Err error
-}
-
-// HoldWarningEvent is a hold that ran past its warning threshold.
-type HoldWarningEvent struct {
-	Name      string
-	Fence     int64
-	Held      time.Duration // from acquisition to when it was noticed
-	TTL       time.Duration // the lease it is renewed with
-	Threshold time.Duration // WithHoldWarning's, or DefaultHoldWarningTTLs × TTL
-}
 
 // WithObserver adds an observer of the client's locks. Several may be added;
 // each gets every event.
-func WithObserver(o Observer) Option {
+func WithObserver(o observe.Observer) Option {
 	return optionFunc(func(c *config) {
 		if o != nil {
 			c.observers = append(c.observers, o)
@@ -156,61 +25,61 @@ func WithObserver(o Observer) Option {
 // maxmemory-policy that can evict held locks) goes to l too, or to
 // slog.Default() without WithLogger.
 func WithLogger(l *slog.Logger) Option {
-	observe := WithObserver(logObserver{l: l})
+	logs := WithObserver(logObserver{l: l})
 	return optionFunc(func(c *config) {
-		observe.apply(c)
+		logs.apply(c)
 		c.logger = l
 	})
 }
 
 // observers fans events out; a nil observers costs one length check.
-type observers []Observer
+type observers []observe.Observer
 
 func (os observers) acquire(ctx context.Context, name string, start time.Time, l *redisLock, err error) {
 	if len(os) == 0 {
 		return
 	}
-	e := AcquireEvent{Name: name, Wait: time.Since(start), Err: err}
+	e := observe.AcquireEvent{Name: name, Wait: time.Since(start), Err: err}
 	switch {
 	case err == nil:
-		e.Result, e.Fence = ResultAcquired, l.fence
+		e.Result, e.Fence = observe.ResultAcquired, l.fence
 	case errors.Is(err, context.Canceled):
-		e.Result = ResultCancelled
+		e.Result = observe.ResultCancelled
 	case errors.Is(err, context.DeadlineExceeded):
-		e.Result = ResultTimeout
+		e.Result = observe.ResultTimeout
 	case errors.Is(err, ErrNotObtained):
 		var busy *NotObtainedError
-		e.Result = ResultBusy
+		e.Result = observe.ResultBusy
 		if errors.As(err, &busy) && busy.waited {
-			e.Result = ResultTimeout
+			e.Result = observe.ResultTimeout
 		}
 	default:
-		e.Result = ResultError
+		e.Result = observe.ResultError
 	}
 	for _, o := range os {
 		o.OnAcquire(ctx, e)
 	}
 }
 
-func (os observers) renew(e RenewEvent) {
+func (os observers) renew(e observe.RenewEvent) {
 	for _, o := range os {
 		o.OnRenew(e)
 	}
 }
 
-func (os observers) lost(e LostEvent) {
+func (os observers) lost(e observe.LostEvent) {
 	for _, o := range os {
 		o.OnLost(e)
 	}
 }
 
-func (os observers) holdWarning(e HoldWarningEvent) {
+func (os observers) holdWarning(e observe.HoldWarningEvent) {
 	for _, o := range os {
 		o.OnHoldWarning(e)
 	}
 }
 
-func (os observers) release(ctx context.Context, e ReleaseEvent) {
+func (os observers) release(ctx context.Context, e observe.ReleaseEvent) {
 	for _, o := range os {
 		o.OnRelease(ctx, e)
 	}
@@ -218,17 +87,17 @@ func (os observers) release(ctx context.Context, e ReleaseEvent) {
 
 // logObserver is WithLogger.
 type logObserver struct {
-	BaseObserver
+	observe.BaseObserver
 	l *slog.Logger
 }
 
-func (o logObserver) OnAcquire(ctx context.Context, e AcquireEvent) {
+func (o logObserver) OnAcquire(ctx context.Context, e observe.AcquireEvent) {
 	level := slog.LevelDebug
-	if e.Result == ResultError {
+	if e.Result == observe.ResultError {
 		level = slog.LevelWarn
 	}
 	attrs := []slog.Attr{slog.String("lock", e.Name), slog.String("result", string(e.Result)), slog.Duration("wait", e.Wait)}
-	if e.Result == ResultAcquired {
+	if e.Result == observe.ResultAcquired {
 		attrs = append(attrs, slog.Int64("fence", e.Fence))
 	} else if e.Err != nil {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
@@ -236,8 +105,8 @@ func (o logObserver) OnAcquire(ctx context.Context, e AcquireEvent) {
 	o.l.LogAttrs(ctx, level, "dlock acquire", attrs...)
 }
 
-func (o logObserver) OnRenew(e RenewEvent) {
-	if e.Result == ResultOK {
+func (o logObserver) OnRenew(e observe.RenewEvent) {
+	if e.Result == observe.ResultOK {
 		return // thousands a second with many locks: nothing to act on
 	}
 	attrs := []slog.Attr{slog.String("lock", e.Name), slog.Int64("fence", e.Fence), slog.String("result", string(e.Result))}
@@ -247,15 +116,15 @@ func (o logObserver) OnRenew(e RenewEvent) {
 	o.l.LogAttrs(context.Background(), slog.LevelWarn, "dlock renewal failed", attrs...)
 }
 
-func (o logObserver) OnLost(e LostEvent) {
+func (o logObserver) OnLost(e observe.LostEvent) {
 	o.l.LogAttrs(context.Background(), slog.LevelWarn, "dlock lock lost",
 		slog.String("lock", e.Name), slog.Int64("fence", e.Fence), slog.String("reason", string(e.Reason)),
 		slog.Duration("held", e.Held), slog.String("cause", e.Cause.Error()))
 }
 
-func (o logObserver) OnRelease(ctx context.Context, e ReleaseEvent) {
+func (o logObserver) OnRelease(ctx context.Context, e observe.ReleaseEvent) {
 	level := slog.LevelDebug
-	if e.Result == ResultError || (e.Result == ResultNotHeld && !e.AfterLoss) {
+	if e.Result == observe.ResultError || (e.Result == observe.ResultNotHeld && !e.AfterLoss) {
 		level = slog.LevelWarn
 	}
 	attrs := []slog.Attr{slog.String("lock", e.Name), slog.Int64("fence", e.Fence), slog.String("result", string(e.Result)), slog.Duration("held", e.Held)}
@@ -265,7 +134,7 @@ func (o logObserver) OnRelease(ctx context.Context, e ReleaseEvent) {
 	o.l.LogAttrs(ctx, level, "dlock release", attrs...)
 }
 
-func (o logObserver) OnHoldWarning(e HoldWarningEvent) {
+func (o logObserver) OnHoldWarning(e observe.HoldWarningEvent) {
 	o.l.LogAttrs(context.Background(), slog.LevelWarn, "dlock lock held past its warning threshold",
 		slog.String("lock", e.Name), slog.Int64("fence", e.Fence), slog.Duration("held", e.Held),
 		slog.Duration("threshold", e.Threshold), slog.Duration("ttl", e.TTL))

@@ -19,43 +19,44 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // recorder keeps every event it is given.
 type recorder struct {
-	dlock.BaseObserver
+	observe.BaseObserver
 	mu       sync.Mutex
-	acquires []dlock.AcquireEvent
-	renews   []dlock.RenewEvent
-	losses   []dlock.LostEvent
-	releases []dlock.ReleaseEvent
+	acquires []observe.AcquireEvent
+	renews   []observe.RenewEvent
+	losses   []observe.LostEvent
+	releases []observe.ReleaseEvent
 }
 
-func (r *recorder) OnAcquire(_ context.Context, e dlock.AcquireEvent) {
+func (r *recorder) OnAcquire(_ context.Context, e observe.AcquireEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.acquires = append(r.acquires, e)
 }
-func (r *recorder) OnRenew(e dlock.RenewEvent) {
+func (r *recorder) OnRenew(e observe.RenewEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.renews = append(r.renews, e)
 }
-func (r *recorder) OnLost(e dlock.LostEvent) {
+func (r *recorder) OnLost(e observe.LostEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.losses = append(r.losses, e)
 }
-func (r *recorder) OnRelease(_ context.Context, e dlock.ReleaseEvent) {
+func (r *recorder) OnRelease(_ context.Context, e observe.ReleaseEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.releases = append(r.releases, e)
 }
 
-func (r *recorder) acquireResults() []dlock.Result {
+func (r *recorder) acquireResults() []observe.Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []dlock.Result
+	var out []observe.Result
 	for _, e := range r.acquires {
 		out = append(out, e.Result)
 	}
@@ -72,7 +73,7 @@ func TestObserverEvents(t *testing.T) {
 	cancel()
 	c.Acquire(ctx, "obs")
 	c.TryAcquire(bg, "")
-	want := dlock.AcquireResults()
+	want := observe.AcquireResults()
 	if got := rec.acquireResults(); !slices.Equal(got, want) {
 		t.Fatalf("acquire results %v, want %v", got, want)
 	}
@@ -92,14 +93,14 @@ func TestObserverEvents(t *testing.T) {
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	if len(rec.losses) != 1 || rec.losses[0].Reason != dlock.ReasonTakenOver || rec.losses[0].Held <= 0 {
+	if len(rec.losses) != 1 || rec.losses[0].Reason != observe.ReasonTakenOver || rec.losses[0].Held <= 0 {
 		t.Fatalf("lost events %+v", rec.losses)
 	}
 	last := rec.renews[len(rec.renews)-1]
-	if rec.renews[0].Result != dlock.ResultOK || last.Result != dlock.ResultLost {
+	if rec.renews[0].Result != observe.ResultOK || last.Result != observe.ResultLost {
 		t.Fatalf("renew events %+v", rec.renews)
 	}
-	if len(rec.releases) != 1 || rec.releases[0].Result != dlock.ResultNotHeld || !rec.releases[0].AfterLoss {
+	if len(rec.releases) != 1 || rec.releases[0].Result != observe.ResultNotHeld || !rec.releases[0].AfterLoss {
 		t.Fatalf("release events %+v", rec.releases)
 	}
 	// The fence ties the events of one acquisition together.
@@ -187,7 +188,7 @@ func TestLoggerFollowsALockByItsFence(t *testing.T) {
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	if len(rec.losses) != 1 || rec.losses[0].Reason != dlock.ReasonHoldLimit || rec.losses[0].Fence != l.Fence() {
+	if len(rec.losses) != 1 || rec.losses[0].Reason != observe.ReasonHoldLimit || rec.losses[0].Fence != l.Fence() {
 		t.Errorf("lost events %+v, want one at the hold limit with fence %d", rec.losses, l.Fence())
 	}
 }

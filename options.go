@@ -249,7 +249,7 @@ func WithReentry() AcquireOption {
 }
 
 // WithHoldWarning reports a hold that runs past d: once per lock, with an
-// Observer's OnHoldWarning event, a Warn log (WithLogger) and a metric
+// observe.Observer's OnHoldWarning event, a Warn log (WithLogger) and a metric
 // (dlockprom, dlockotel). It is the articles' "actual run time versus
 // configured TTL" item: work that outlives what its TTL was sized for is
 // found before it outlives its lease. A renewed lock is reported by the first

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/node"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // A Client's locks are renewed by one lease.Renewer (Client.renewer): it
@@ -81,7 +82,7 @@ func (r *renewal) Answer(_ int, reply node.Reply) {
 	ok, err := reply.Int64()
 	switch {
 	case err == nil && ok == 1:
-		l.c.cfg.observers.renew(RenewEvent{Name: l.name, Fence: l.fence, Result: ResultOK})
+		l.c.cfg.observers.renew(observe.RenewEvent{Name: l.name, Fence: l.fence, Result: observe.ResultOK})
 		// One hold of l.mu for the lease and the next renewal.
 		l.mu.Lock()
 		confirmed := l.confirmLocked(reply.Sent, ttl, false, last)
@@ -96,10 +97,10 @@ func (r *renewal) Answer(_ int, reply node.Reply) {
 	case err == nil && l.isReleasing():
 		// Our own Release ran first: not a loss.
 	case err == nil:
-		l.c.cfg.observers.renew(RenewEvent{Name: l.name, Fence: l.fence, Result: ResultLost})
-		l.end(lost, ReasonTakenOver, fmt.Errorf("%w: renewal found the lock gone or taken over", ErrLockLost))
+		l.c.cfg.observers.renew(observe.RenewEvent{Name: l.name, Fence: l.fence, Result: observe.ResultLost})
+		l.end(lost, observe.ReasonTakenOver, fmt.Errorf("%w: renewal found the lock gone or taken over", ErrLockLost))
 	default:
-		l.c.cfg.observers.renew(RenewEvent{Name: l.name, Fence: l.fence, Result: ResultError, Err: err})
+		l.c.cfg.observers.renew(observe.RenewEvent{Name: l.name, Fence: l.fence, Result: observe.ResultError, Err: err})
 		// Unanswered: try again soon, with backoff. The deadline timer
 		// ends the lock if no renewal gets through in time.
 		l.mu.Lock()

@@ -11,17 +11,18 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // renewCounter counts the confirmed renewals of each lock name.
 type renewCounter struct {
-	dlock.BaseObserver
+	observe.BaseObserver
 	mu sync.Mutex
 	ok map[string]int
 }
 
-func (r *renewCounter) OnRenew(e dlock.RenewEvent) {
-	if e.Result != dlock.ResultOK {
+func (r *renewCounter) OnRenew(e observe.RenewEvent) {
+	if e.Result != observe.ResultOK {
 		return
 	}
 	r.mu.Lock()

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/observe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -98,19 +99,19 @@ func (h *renewalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 
 // renewalObserver counts renewals and losses as dlock reports them.
 type renewalObserver struct {
-	dlock.BaseObserver
+	observe.BaseObserver
 	ok, other, lost atomic.Int64
 }
 
-func (o *renewalObserver) OnRenew(e dlock.RenewEvent) {
-	if e.Result == dlock.ResultOK {
+func (o *renewalObserver) OnRenew(e observe.RenewEvent) {
+	if e.Result == observe.ResultOK {
 		o.ok.Add(1)
 	} else {
 		o.other.Add(1)
 	}
 }
 
-func (o *renewalObserver) OnLost(dlock.LostEvent) { o.lost.Add(1) }
+func (o *renewalObserver) OnLost(observe.LostEvent) { o.lost.Add(1) }
 
 // runRenewal is the whole renewal mode: its own redis-server, one run per
 // TTL, a table on stdout.

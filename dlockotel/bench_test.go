@@ -8,8 +8,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockotel"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // A successful renewal, thousands a second with many locks, makes no span:
@@ -18,7 +18,7 @@ func BenchmarkOnRenew(b *testing.B) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	defer mp.Shutdown(bg)
 	obs := dlockotel.NewObserver(dlockotel.WithMeterProvider(mp))
-	e := dlock.RenewEvent{Name: "order:42", Result: dlock.ResultOK}
+	e := observe.RenewEvent{Name: "order:42", Result: observe.ResultOK}
 	b.ReportAllocs()
 	for b.Loop() {
 		obs.OnRenew(e)
@@ -31,8 +31,8 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	defer mp.Shutdown(bg)
 	obs := dlockotel.NewObserver(dlockotel.WithTracerProvider(tp), dlockotel.WithMeterProvider(mp))
-	acq := dlock.AcquireEvent{Name: "order:42", Result: dlock.ResultAcquired, Wait: time.Millisecond, Fence: 1}
-	rel := dlock.ReleaseEvent{Name: "order:42", Result: dlock.ResultOK, Held: time.Second}
+	acq := observe.AcquireEvent{Name: "order:42", Result: observe.ResultAcquired, Wait: time.Millisecond, Fence: 1}
+	rel := observe.ReleaseEvent{Name: "order:42", Result: observe.ResultOK, Held: time.Second}
 	b.ReportAllocs()
 	for b.Loop() {
 		obs.OnAcquire(bg, acq)

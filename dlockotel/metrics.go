@@ -5,11 +5,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dlock-go/dlock/observe"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/dlock-go/dlock"
 )
 
 // Bucket boundaries, in seconds, advised to the SDK (a View can override
@@ -38,8 +37,8 @@ type instruments struct {
 	// Options with the attribute sets of the fixed results and reasons,
 	// built once (slices too, so a call allocates none): the renewal path
 	// runs thousands of times a second with many locks.
-	results map[dlock.Result]measure
-	reasons map[dlock.Reason]measure
+	results map[observe.Result]measure
+	reasons map[observe.Reason]measure
 }
 
 // measure is the options of one attribute set, for Add and for Record.
@@ -92,8 +91,8 @@ func newInstruments(m metric.Meter) instruments {
 	in.warnings, err = m.Int64Counter("dlock.hold.warnings", metric.WithUnit("{lock}"),
 		metric.WithDescription("Holds that ran past their warning threshold (dlock.WithHoldWarning)."))
 	check(err)
-	in.results = prebuild(AttrResult, slices.Concat(dlock.AcquireResults(), dlock.RenewResults(), dlock.ReleaseResults()))
-	in.reasons = prebuild(AttrReason, dlock.LostReasons())
+	in.results = prebuild(AttrResult, slices.Concat(observe.AcquireResults(), observe.RenewResults(), observe.ReleaseResults()))
+	in.reasons = prebuild(AttrReason, observe.LostReasons())
 	return in
 }
 
@@ -116,29 +115,29 @@ func attrs[T ~string](prebuilt map[T]measure, key attribute.Key, value T) measur
 	return newMeasure(key.String(string(value)))
 }
 
-func (in instruments) acquire(ctx context.Context, e dlock.AcquireEvent) {
+func (in instruments) acquire(ctx context.Context, e observe.AcquireEvent) {
 	in.wait.Record(ctx, e.Wait.Seconds(), attrs(in.results, AttrResult, e.Result).record...)
-	if e.Result == dlock.ResultAcquired {
+	if e.Result == observe.ResultAcquired {
 		in.held.Add(ctx, 1)
 	}
 }
 
-func (in instruments) renew(e dlock.RenewEvent) {
+func (in instruments) renew(e observe.RenewEvent) {
 	in.renews.Add(context.Background(), 1, attrs(in.results, AttrResult, e.Result).add...)
 }
 
-func (in instruments) lost(e dlock.LostEvent) {
+func (in instruments) lost(e observe.LostEvent) {
 	ctx := context.Background()
 	in.losses.Add(ctx, 1, attrs(in.reasons, AttrReason, e.Reason).add...)
 	in.ended(ctx, e.Held, e.TTL)
 }
 
 // release records a release and reports whether it ended the lock.
-func (in instruments) release(ctx context.Context, e dlock.ReleaseEvent) bool {
+func (in instruments) release(ctx context.Context, e observe.ReleaseEvent) bool {
 	in.releases.Add(ctx, 1, attrs(in.results, AttrResult, e.Result).add...)
 	// A failed release leaves the lock held (a retry, or the lease
 	// deadline, ends it later); after a loss, OnLost has ended it already.
-	ends := e.Result != dlock.ResultError && !e.AfterLoss
+	ends := e.Result != observe.ResultError && !e.AfterLoss
 	if ends {
 		in.ended(ctx, e.Held, e.TTL)
 	}

@@ -5,13 +5,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/observe"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/dlock-go/dlock"
 )
 
 // ScopeName is the instrumentation scope of the tracer and the meter.
@@ -66,11 +65,11 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(c *config) { c.mp = mp })
 }
 
-// NewObserver returns a dlock.Observer that makes spans and metrics; pass it
+// NewObserver returns a observe.Observer that makes spans and metrics; pass it
 // to dlock.New with dlock.WithObserver. It is safe for concurrent use and may
 // observe several dlock Clients. See the package documentation for what it
 // records.
-func NewObserver(opts ...Option) dlock.Observer {
+func NewObserver(opts ...Option) observe.Observer {
 	var cfg config
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -89,7 +88,7 @@ func NewObserver(opts ...Option) dlock.Observer {
 }
 
 type observer struct {
-	dlock.BaseObserver
+	observe.BaseObserver
 	tracer trace.Tracer
 	inst   instruments
 
@@ -102,7 +101,7 @@ type observer struct {
 	acquired map[string]trace.SpanContext
 }
 
-func (o *observer) OnAcquire(ctx context.Context, e dlock.AcquireEvent) {
+func (o *observer) OnAcquire(ctx context.Context, e observe.AcquireEvent) {
 	now := time.Now()
 	o.inst.acquire(ctx, e)
 	// The event comes when the call is over: the span starts back at the
@@ -111,22 +110,22 @@ func (o *observer) OnAcquire(ctx context.Context, e dlock.AcquireEvent) {
 		trace.WithTimestamp(now.Add(-e.Wait)),
 		trace.WithAttributes(AttrName.String(e.Name), AttrResult.String(string(e.Result))))
 	switch e.Result {
-	case dlock.ResultAcquired:
+	case observe.ResultAcquired:
 		span.SetAttributes(AttrFence.Int64(e.Fence))
 		if sc := span.SpanContext(); sc.IsSampled() {
 			o.mu.Lock()
 			o.acquired[e.Name] = sc
 			o.mu.Unlock()
 		}
-	case dlock.ResultError:
+	case observe.ResultError:
 		fail(span, e.Err)
 	}
 	span.End(trace.WithTimestamp(now))
 }
 
-func (o *observer) OnRenew(e dlock.RenewEvent) {
+func (o *observer) OnRenew(e observe.RenewEvent) {
 	o.inst.renew(e)
-	if e.Result != dlock.ResultError {
+	if e.Result != observe.ResultError {
 		return // ok: too many to trace; lost: reported by OnLost
 	}
 	o.mu.Lock()
@@ -138,7 +137,7 @@ func (o *observer) OnRenew(e dlock.RenewEvent) {
 	span.End()
 }
 
-func (o *observer) OnLost(e dlock.LostEvent) {
+func (o *observer) OnLost(e observe.LostEvent) {
 	o.inst.lost(e)
 	o.mu.Lock()
 	link := o.acquired[e.Name]
@@ -152,7 +151,7 @@ func (o *observer) OnLost(e dlock.LostEvent) {
 
 // OnHoldWarning counts the warning, and records it as an event on a span of
 // its own linked to the acquisition, as losses are.
-func (o *observer) OnHoldWarning(e dlock.HoldWarningEvent) {
+func (o *observer) OnHoldWarning(e observe.HoldWarningEvent) {
 	o.inst.holdWarning()
 	o.mu.Lock()
 	link := o.acquired[e.Name]
@@ -163,7 +162,7 @@ func (o *observer) OnHoldWarning(e dlock.HoldWarningEvent) {
 	span.End()
 }
 
-func (o *observer) OnRelease(ctx context.Context, e dlock.ReleaseEvent) {
+func (o *observer) OnRelease(ctx context.Context, e observe.ReleaseEvent) {
 	ends := o.inst.release(ctx, e)
 	if ends {
 		o.mu.Lock()
@@ -175,7 +174,7 @@ func (o *observer) OnRelease(ctx context.Context, e dlock.ReleaseEvent) {
 	if e.AfterLoss {
 		span.SetAttributes(AttrAfterLoss.Bool(true))
 	}
-	if e.Result == dlock.ResultError || (e.Result == dlock.ResultNotHeld && !e.AfterLoss) {
+	if e.Result == observe.ResultError || (e.Result == observe.ResultNotHeld && !e.AfterLoss) {
 		fail(span, e.Err)
 	}
 	span.End()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockotel"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // env is a dlock client on a real Redis, observed by a dlockotel observer
@@ -196,7 +197,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func result(r dlock.Result) attribute.KeyValue { return dlockotel.AttrResult.String(string(r)) }
+func result(r observe.Result) attribute.KeyValue { return dlockotel.AttrResult.String(string(r)) }
 
 func TestSpansOfALockLife(t *testing.T) {
 	e := newEnv(t)
@@ -217,7 +218,7 @@ func TestSpansOfALockLife(t *testing.T) {
 	}
 
 	// Renewal runs at a third of the TTL; a successful one makes no span.
-	waitFor(t, "a renewal", func() bool { return value(t, e.metrics(t), "dlock.renewals", result(dlock.ResultOK)) >= 1 })
+	waitFor(t, "a renewal", func() bool { return value(t, e.metrics(t), "dlock.renewals", result(observe.ResultOK)) >= 1 })
 	if got := e.named(dlockotel.SpanRenew); len(got) != 0 {
 		t.Fatalf("successful renewals made %d spans", len(got))
 	}
@@ -252,19 +253,19 @@ func TestSpansOfALockLife(t *testing.T) {
 		}
 	}
 	name := dlockotel.AttrName.String
-	expectAttrs(t, acquires[0], name("job:1"), result(dlock.ResultAcquired), dlockotel.AttrFence.Int64(l.Fence()))
+	expectAttrs(t, acquires[0], name("job:1"), result(observe.ResultAcquired), dlockotel.AttrFence.Int64(l.Fence()))
 	expectStatus(t, acquires[0], codes.Unset, "")
-	expectAttrs(t, acquires[1], name("job:1"), result(dlock.ResultBusy))
+	expectAttrs(t, acquires[1], name("job:1"), result(observe.ResultBusy))
 	expectStatus(t, acquires[1], codes.Unset, "")
-	expectAttrs(t, acquires[2], name("job:1"), result(dlock.ResultTimeout))
+	expectAttrs(t, acquires[2], name("job:1"), result(observe.ResultTimeout))
 	expectStatus(t, acquires[2], codes.Unset, "")
 	// The span starts at the call, not at the event after it.
 	if d := acquires[2].EndTime().Sub(acquires[2].StartTime()); d < 50*time.Millisecond {
 		t.Errorf("the span of a 50ms wait lasts %v", d)
 	}
-	expectAttrs(t, acquires[3], name(""), result(dlock.ResultError))
+	expectAttrs(t, acquires[3], name(""), result(observe.ResultError))
 	expectStatus(t, acquires[3], codes.Error, "dlock:")
-	expectAttrs(t, acquires[4], name("job:2"), result(dlock.ResultAcquired), dlockotel.AttrFence.Int64(l2.Fence()))
+	expectAttrs(t, acquires[4], name("job:2"), result(observe.ResultAcquired), dlockotel.AttrFence.Int64(l2.Fence()))
 
 	lost := e.named(dlockotel.SpanLost)[0]
 	expectRootLinkedTo(t, lost, acquires[0])
@@ -272,7 +273,7 @@ func TestSpansOfALockLife(t *testing.T) {
 	if held := attrs(lost)[dlockotel.AttrHeldMS].AsInt64(); held < 100 {
 		t.Errorf("lost after a renewal at 100ms, but held_ms = %d", held)
 	}
-	expectAttrs(t, lost, name("job:1"), dlockotel.AttrReason.String(string(dlock.ReasonTakenOver)),
+	expectAttrs(t, lost, name("job:1"), dlockotel.AttrReason.String(string(observe.ReasonTakenOver)),
 		dlockotel.AttrHeldMS.Int64(attrs(lost)[dlockotel.AttrHeldMS].AsInt64()))
 	if got := e.named(dlockotel.SpanRenew); len(got) != 0 {
 		t.Errorf("the renewal that found the lock gone made a %q span too", dlockotel.SpanRenew)
@@ -286,10 +287,10 @@ func TestSpansOfALockLife(t *testing.T) {
 		expectChildOf(t, s, req)
 	}
 	// Released after the loss was reported: expected, not a fault.
-	expectAttrs(t, releases[0], name("job:1"), result(dlock.ResultNotHeld), dlockotel.AttrAfterLoss.Bool(true),
+	expectAttrs(t, releases[0], name("job:1"), result(observe.ResultNotHeld), dlockotel.AttrAfterLoss.Bool(true),
 		dlockotel.AttrHeldMS.Int64(attrs(releases[0])[dlockotel.AttrHeldMS].AsInt64()))
 	expectStatus(t, releases[0], codes.Unset, "")
-	expectAttrs(t, releases[1], name("job:2"), result(dlock.ResultOK),
+	expectAttrs(t, releases[1], name("job:2"), result(observe.ResultOK),
 		dlockotel.AttrHeldMS.Int64(attrs(releases[1])[dlockotel.AttrHeldMS].AsInt64()))
 	expectStatus(t, releases[1], codes.Unset, "")
 	if a, b := attrs(releases[0])[dlockotel.AttrHeldMS].AsInt64(), attrs(lost)[dlockotel.AttrHeldMS].AsInt64(); a < b {
@@ -304,15 +305,15 @@ func TestSpansOfALockLife(t *testing.T) {
 		kvs    []attribute.KeyValue
 		want   float64
 	}{
-		{"dlock.acquire.duration", []attribute.KeyValue{result(dlock.ResultAcquired)}, 2},
-		{"dlock.acquire.duration", []attribute.KeyValue{result(dlock.ResultBusy)}, 1},
-		{"dlock.acquire.duration", []attribute.KeyValue{result(dlock.ResultTimeout)}, 1},
-		{"dlock.acquire.duration", []attribute.KeyValue{result(dlock.ResultError)}, 1},
-		{"dlock.renewals", []attribute.KeyValue{result(dlock.ResultLost)}, 1},
-		{"dlock.renewals", []attribute.KeyValue{result(dlock.ResultError)}, 0},
-		{"dlock.losses", []attribute.KeyValue{dlockotel.AttrReason.String(string(dlock.ReasonTakenOver))}, 1},
-		{"dlock.releases", []attribute.KeyValue{result(dlock.ResultNotHeld)}, 1},
-		{"dlock.releases", []attribute.KeyValue{result(dlock.ResultOK)}, 1},
+		{"dlock.acquire.duration", []attribute.KeyValue{result(observe.ResultAcquired)}, 2},
+		{"dlock.acquire.duration", []attribute.KeyValue{result(observe.ResultBusy)}, 1},
+		{"dlock.acquire.duration", []attribute.KeyValue{result(observe.ResultTimeout)}, 1},
+		{"dlock.acquire.duration", []attribute.KeyValue{result(observe.ResultError)}, 1},
+		{"dlock.renewals", []attribute.KeyValue{result(observe.ResultLost)}, 1},
+		{"dlock.renewals", []attribute.KeyValue{result(observe.ResultError)}, 0},
+		{"dlock.losses", []attribute.KeyValue{dlockotel.AttrReason.String(string(observe.ReasonTakenOver))}, 1},
+		{"dlock.releases", []attribute.KeyValue{result(observe.ResultNotHeld)}, 1},
+		{"dlock.releases", []attribute.KeyValue{result(observe.ResultOK)}, 1},
 		{"dlock.hold.duration", nil, 2},
 		{"dlock.held", nil, 0},
 	} {
@@ -348,13 +349,13 @@ func TestRenewalFailureSpans(t *testing.T) {
 	}
 	for _, s := range renews {
 		expectRootLinkedTo(t, s, acquire)
-		expectAttrs(t, s, dlockotel.AttrName.String("job:3"), result(dlock.ResultError))
+		expectAttrs(t, s, dlockotel.AttrName.String("job:3"), result(observe.ResultError))
 		expectStatus(t, s, codes.Error, "WRONGTYPE")
 	}
 	lost := e.named(dlockotel.SpanLost)[0]
 	expectRootLinkedTo(t, lost, acquire)
-	if got := attrs(lost)[dlockotel.AttrReason].AsString(); dlock.Reason(got) != dlock.ReasonExpired {
-		t.Errorf("lost with reason %q, want %q", got, dlock.ReasonExpired)
+	if got := attrs(lost)[dlockotel.AttrReason].AsString(); observe.Reason(got) != observe.ReasonExpired {
+		t.Errorf("lost with reason %q, want %q", got, observe.ReasonExpired)
 	}
 	expectStatus(t, lost, codes.Error, "lock lost")
 
@@ -367,16 +368,16 @@ func TestRenewalFailureSpans(t *testing.T) {
 	req2.End()
 	release := e.named(dlockotel.SpanRelease)[0]
 	expectChildOf(t, release, req2)
-	expectAttrs(t, release, dlockotel.AttrName.String("job:3"), result(dlock.ResultError), dlockotel.AttrAfterLoss.Bool(true),
+	expectAttrs(t, release, dlockotel.AttrName.String("job:3"), result(observe.ResultError), dlockotel.AttrAfterLoss.Bool(true),
 		dlockotel.AttrHeldMS.Int64(attrs(release)[dlockotel.AttrHeldMS].AsInt64()))
 	expectStatus(t, release, codes.Error, "WRONGTYPE")
 
 	e.expectNoToken(t, l.Token())
 	ms := e.metrics(t)
-	if got := value(t, ms, "dlock.renewals", result(dlock.ResultError)); got != float64(len(renews)) {
+	if got := value(t, ms, "dlock.renewals", result(observe.ResultError)); got != float64(len(renews)) {
 		t.Errorf("dlock.renewals{error} = %v, but %d renew spans", got, len(renews))
 	}
-	if got := value(t, ms, "dlock.losses", dlockotel.AttrReason.String(string(dlock.ReasonExpired))); got != 1 {
+	if got := value(t, ms, "dlock.losses", dlockotel.AttrReason.String(string(observe.ReasonExpired))); got != 1 {
 		t.Errorf("dlock.losses{expired} = %v, want 1", got)
 	}
 	if got := value(t, ms, "dlock.held"); got != 0 {

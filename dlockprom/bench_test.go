@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockprom"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // The observer runs on dlock's hot paths: the renewal loop reports every
@@ -26,7 +27,7 @@ func BenchmarkOnRenew(b *testing.B) {
 		{"name label", dlockprom.NewCollector(dlockprom.WithNameLabel(byKind))},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			e := dlock.RenewEvent{Name: "order:42", Result: dlock.ResultOK}
+			e := observe.RenewEvent{Name: "order:42", Result: observe.ResultOK}
 			b.ReportAllocs()
 			for b.Loop() {
 				bc.col.OnRenew(e)
@@ -37,8 +38,8 @@ func BenchmarkOnRenew(b *testing.B) {
 
 func BenchmarkAcquireRelease(b *testing.B) {
 	col := dlockprom.NewCollector()
-	acq := dlock.AcquireEvent{Name: "order:42", Result: dlock.ResultAcquired, Wait: time.Millisecond, Fence: 1}
-	rel := dlock.ReleaseEvent{Name: "order:42", Result: dlock.ResultOK, Held: time.Second}
+	acq := observe.AcquireEvent{Name: "order:42", Result: observe.ResultAcquired, Wait: time.Millisecond, Fence: 1}
+	rel := observe.ReleaseEvent{Name: "order:42", Result: observe.ResultOK, Held: time.Second}
 	b.ReportAllocs()
 	for b.Loop() {
 		col.OnAcquire(bg, acq)

@@ -7,9 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dlock-go/dlock/observe"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/dlock-go/dlock"
 )
 
 // Default histogram buckets, in seconds.
@@ -40,10 +39,10 @@ var (
 
 // Label values of the fixed labels, so every series exists from the start.
 var (
-	acquireResults = labelValues(dlock.AcquireResults())
-	renewResults   = labelValues(dlock.RenewResults())
-	lostReasons    = labelValues(dlock.LostReasons())
-	releaseResults = labelValues(dlock.ReleaseResults())
+	acquireResults = labelValues(observe.AcquireResults())
+	renewResults   = labelValues(observe.RenewResults())
+	lostReasons    = labelValues(observe.LostReasons())
+	releaseResults = labelValues(observe.ReleaseResults())
 )
 
 func labelValues[T ~string](vs []T) []string {
@@ -59,7 +58,7 @@ func labelValues[T ~string](vs []T) []string {
 // prometheus.Registerer. It is safe for concurrent use, and one Collector may
 // observe several dlock Clients.
 type Collector struct {
-	dlock.BaseObserver
+	observe.BaseObserver
 
 	nameOf func(string) string // nil: no name label
 
@@ -75,7 +74,7 @@ type Collector struct {
 }
 
 var (
-	_ dlock.Observer       = (*Collector)(nil)
+	_ observe.Observer     = (*Collector)(nil)
 	_ prometheus.Collector = (*Collector)(nil)
 )
 
@@ -252,12 +251,12 @@ func (c *Collector) metrics() [9]prometheus.Collector {
 	return [...]prometheus.Collector{c.acquire, c.wait, c.hold, c.renew, c.lost, c.release, c.held, c.ratio, c.warned}
 }
 
-// OnAcquire implements dlock.Observer.
-func (c *Collector) OnAcquire(_ context.Context, e dlock.AcquireEvent) {
+// OnAcquire implements observe.Observer.
+func (c *Collector) OnAcquire(_ context.Context, e observe.AcquireEvent) {
 	if c.nameOf == nil {
 		c.acquire.WithLabelValues(string(e.Result)).Inc()
 		c.wait.WithLabelValues(string(e.Result)).Observe(e.Wait.Seconds())
-		if e.Result == dlock.ResultAcquired {
+		if e.Result == observe.ResultAcquired {
 			c.held.WithLabelValues().Inc()
 		}
 		return
@@ -265,13 +264,13 @@ func (c *Collector) OnAcquire(_ context.Context, e dlock.AcquireEvent) {
 	name := c.name(e.Name)
 	c.acquire.WithLabelValues(name, string(e.Result)).Inc()
 	c.wait.WithLabelValues(name, string(e.Result)).Observe(e.Wait.Seconds())
-	if e.Result == dlock.ResultAcquired {
+	if e.Result == observe.ResultAcquired {
 		c.held.WithLabelValues(name).Inc()
 	}
 }
 
-// OnRenew implements dlock.Observer.
-func (c *Collector) OnRenew(e dlock.RenewEvent) {
+// OnRenew implements observe.Observer.
+func (c *Collector) OnRenew(e observe.RenewEvent) {
 	if c.nameOf == nil {
 		c.renew.WithLabelValues(string(e.Result)).Inc()
 		return
@@ -279,10 +278,10 @@ func (c *Collector) OnRenew(e dlock.RenewEvent) {
 	c.renew.WithLabelValues(c.name(e.Name), string(e.Result)).Inc()
 }
 
-// OnLost implements dlock.Observer. A loss ends the lock: the held gauge
+// OnLost implements observe.Observer. A loss ends the lock: the held gauge
 // goes down and the hold time is observed here, not again on the Release
 // that follows (which has AfterLoss set).
-func (c *Collector) OnLost(e dlock.LostEvent) {
+func (c *Collector) OnLost(e observe.LostEvent) {
 	if c.nameOf == nil {
 		c.lost.WithLabelValues(string(e.Reason)).Inc()
 		c.ended(e.Held, e.TTL)
@@ -293,12 +292,12 @@ func (c *Collector) OnLost(e dlock.LostEvent) {
 	c.ended(e.Held, e.TTL, name)
 }
 
-// OnRelease implements dlock.Observer.
-func (c *Collector) OnRelease(_ context.Context, e dlock.ReleaseEvent) {
+// OnRelease implements observe.Observer.
+func (c *Collector) OnRelease(_ context.Context, e observe.ReleaseEvent) {
 	// A failed release leaves the lock as it was (the caller may retry, or
 	// the lease deadline reports a loss); a release after a loss ends
 	// nothing that OnLost did not already end.
-	ends := e.Result != dlock.ResultError && !e.AfterLoss
+	ends := e.Result != observe.ResultError && !e.AfterLoss
 	if c.nameOf == nil {
 		c.release.WithLabelValues(string(e.Result)).Inc()
 		if ends {
@@ -313,8 +312,8 @@ func (c *Collector) OnRelease(_ context.Context, e dlock.ReleaseEvent) {
 	}
 }
 
-// OnHoldWarning implements dlock.Observer.
-func (c *Collector) OnHoldWarning(e dlock.HoldWarningEvent) {
+// OnHoldWarning implements observe.Observer.
+func (c *Collector) OnHoldWarning(e observe.HoldWarningEvent) {
 	if c.nameOf == nil {
 		c.warned.WithLabelValues().Inc()
 		return

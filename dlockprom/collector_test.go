@@ -23,6 +23,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockprom"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // families is one scrape, parsed: metric families by name.
@@ -155,7 +156,7 @@ func (f families) expect(t *testing.T, want map[string]float64) {
 // of renewals depends on timing, but the metric must match what the core
 // reported.
 type events struct {
-	dlock.BaseObserver
+	observe.BaseObserver
 	mu sync.Mutex
 	n  map[string]int // "renew:ok", "lost:taken_over"
 }
@@ -169,8 +170,8 @@ func (r *events) add(k string) {
 	r.n[k]++
 }
 
-func (r *events) OnRenew(e dlock.RenewEvent) { r.add("renew:" + string(e.Result)) }
-func (r *events) OnLost(e dlock.LostEvent)   { r.add("lost:" + string(e.Reason)) }
+func (r *events) OnRenew(e observe.RenewEvent) { r.add("renew:" + string(e.Result)) }
+func (r *events) OnLost(e observe.LostEvent)   { r.add("lost:" + string(e.Reason)) }
 
 func (r *events) count(k string) float64 {
 	r.mu.Lock()
@@ -335,39 +336,39 @@ func TestScrapeAfterRealLocks(t *testing.T) {
 // rules for the end of a lock, event by event, including orders that are
 // hard to produce against a real Redis (a failed release, then a loss).
 func TestHeldGauge(t *testing.T) {
-	acquired := dlock.AcquireEvent{Name: "x", Result: dlock.ResultAcquired, Wait: time.Millisecond, Fence: 1}
-	release := func(result dlock.Result, afterLoss bool) dlock.ReleaseEvent {
-		return dlock.ReleaseEvent{Name: "x", Result: result, Held: time.Second, AfterLoss: afterLoss}
+	acquired := observe.AcquireEvent{Name: "x", Result: observe.ResultAcquired, Wait: time.Millisecond, Fence: 1}
+	release := func(result observe.Result, afterLoss bool) observe.ReleaseEvent {
+		return observe.ReleaseEvent{Name: "x", Result: result, Held: time.Second, AfterLoss: afterLoss}
 	}
-	lost := dlock.LostEvent{Name: "x", Reason: dlock.ReasonExpired, Held: time.Second, Cause: dlock.ErrLockLost}
+	lost := observe.LostEvent{Name: "x", Reason: observe.ReasonExpired, Held: time.Second, Cause: dlock.ErrLockLost}
 	tests := []struct {
 		name   string
 		events []any
 		held   float64 // after all events
 		holds  float64 // hold times observed
 	}{
-		{"released", []any{acquired, release(dlock.ResultOK, false)}, 0, 1},
-		{"released but expired in Redis", []any{acquired, release(dlock.ResultNotHeld, false)}, 0, 1},
-		{"lost then released", []any{acquired, lost, release(dlock.ResultNotHeld, true)}, 0, 1},
-		{"release failed", []any{acquired, release(dlock.ResultError, false)}, 1, 0},
-		{"release failed then retried", []any{acquired, release(dlock.ResultError, false), release(dlock.ResultOK, false)}, 0, 1},
-		{"release failed then lost", []any{acquired, release(dlock.ResultError, false), lost}, 0, 1},
+		{"released", []any{acquired, release(observe.ResultOK, false)}, 0, 1},
+		{"released but expired in Redis", []any{acquired, release(observe.ResultNotHeld, false)}, 0, 1},
+		{"lost then released", []any{acquired, lost, release(observe.ResultNotHeld, true)}, 0, 1},
+		{"release failed", []any{acquired, release(observe.ResultError, false)}, 1, 0},
+		{"release failed then retried", []any{acquired, release(observe.ResultError, false), release(observe.ResultOK, false)}, 0, 1},
+		{"release failed then lost", []any{acquired, release(observe.ResultError, false), lost}, 0, 1},
 		{"two held, one lost", []any{acquired, acquired, lost}, 1, 1},
-		{"busy", []any{dlock.AcquireEvent{Name: "x", Result: dlock.ResultBusy}}, 0, 0},
-		{"failed renewal", []any{acquired, dlock.RenewEvent{Name: "x", Result: dlock.ResultError, Err: errors.New("i/o timeout")}}, 1, 0},
+		{"busy", []any{observe.AcquireEvent{Name: "x", Result: observe.ResultBusy}}, 0, 0},
+		{"failed renewal", []any{acquired, observe.RenewEvent{Name: "x", Result: observe.ResultError, Err: errors.New("i/o timeout")}}, 1, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			col := dlockprom.NewCollector()
 			for _, e := range tt.events {
 				switch e := e.(type) {
-				case dlock.AcquireEvent:
+				case observe.AcquireEvent:
 					col.OnAcquire(bg, e)
-				case dlock.RenewEvent:
+				case observe.RenewEvent:
 					col.OnRenew(e)
-				case dlock.LostEvent:
+				case observe.LostEvent:
 					col.OnLost(e)
-				case dlock.ReleaseEvent:
+				case observe.ReleaseEvent:
 					col.OnRelease(bg, e)
 				}
 			}
@@ -448,10 +449,10 @@ func TestNameLabel(t *testing.T) {
 // Prometheus client panic inside the caller's Acquire.
 func TestNameLabelNotUTF8(t *testing.T) {
 	col := dlockprom.NewCollector(dlockprom.WithNameLabel(func(string) string { return "bad\xff" }))
-	col.OnAcquire(bg, dlock.AcquireEvent{Name: "x", Result: dlock.ResultAcquired})
-	col.OnRenew(dlock.RenewEvent{Name: "x", Result: dlock.ResultOK})
-	col.OnLost(dlock.LostEvent{Name: "x", Reason: dlock.ReasonExpired, Cause: dlock.ErrLockLost})
-	col.OnRelease(bg, dlock.ReleaseEvent{Name: "x", Result: dlock.ResultNotHeld, AfterLoss: true})
+	col.OnAcquire(bg, observe.AcquireEvent{Name: "x", Result: observe.ResultAcquired})
+	col.OnRenew(observe.RenewEvent{Name: "x", Result: observe.ResultOK})
+	col.OnLost(observe.LostEvent{Name: "x", Reason: observe.ReasonExpired, Cause: dlock.ErrLockLost})
+	col.OnRelease(bg, observe.ReleaseEvent{Name: "x", Result: observe.ResultNotHeld, AfterLoss: true})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(col)
 	gather(t, reg).expect(t, map[string]float64{
@@ -476,7 +477,7 @@ func TestNamespaceAndConstLabels(t *testing.T) {
 			t.Fatalf("register the %s collector: %v", client, err)
 		}
 	}
-	cols["orders"].OnAcquire(bg, dlock.AcquireEvent{Name: "x", Result: dlock.ResultAcquired, Wait: 5 * time.Millisecond})
+	cols["orders"].OnAcquire(bg, observe.AcquireEvent{Name: "x", Result: observe.ResultAcquired, Wait: 5 * time.Millisecond})
 	f := gather(t, reg)
 	f.expect(t, map[string]float64{
 		"shop_dlock_held{client=orders}":                                 1,
@@ -511,10 +512,10 @@ func TestLintAllOptions(t *testing.T) {
 		dlockprom.NewCollector(dlockprom.WithNameLabel(byKind), dlockprom.WithNamespace("app"),
 			dlockprom.WithConstLabels(prometheus.Labels{"client": "a"})),
 	} {
-		col.OnAcquire(bg, dlock.AcquireEvent{Name: "order:1", Result: dlock.ResultAcquired, Wait: time.Millisecond})
-		col.OnRenew(dlock.RenewEvent{Name: "order:1", Result: dlock.ResultOK})
-		col.OnLost(dlock.LostEvent{Name: "order:1", Reason: dlock.ReasonTakenOver, Held: time.Second, Cause: dlock.ErrLockLost})
-		col.OnRelease(bg, dlock.ReleaseEvent{Name: "order:1", Result: dlock.ResultNotHeld, AfterLoss: true})
+		col.OnAcquire(bg, observe.AcquireEvent{Name: "order:1", Result: observe.ResultAcquired, Wait: time.Millisecond})
+		col.OnRenew(observe.RenewEvent{Name: "order:1", Result: observe.ResultOK})
+		col.OnLost(observe.LostEvent{Name: "order:1", Reason: observe.ReasonTakenOver, Held: time.Second, Cause: dlock.ErrLockLost})
+		col.OnRelease(bg, observe.ReleaseEvent{Name: "order:1", Result: observe.ResultNotHeld, AfterLoss: true})
 		lint(t, col)
 		if n := testutil.CollectAndCount(col); n < 7 {
 			t.Errorf("collected %d series, want at least one per metric", n)
@@ -545,14 +546,14 @@ func TestBucketsOutOfOrder(t *testing.T) {
 // and every hold warning is counted.
 func TestHoldRatioAndWarnings(t *testing.T) {
 	col := dlockprom.NewCollector()
-	acquired := dlock.AcquireEvent{Name: "x", Result: dlock.ResultAcquired, Fence: 1}
+	acquired := observe.AcquireEvent{Name: "x", Result: observe.ResultAcquired, Fence: 1}
 	col.OnAcquire(bg, acquired)
-	col.OnHoldWarning(dlock.HoldWarningEvent{Name: "x", Fence: 1, Held: 12 * time.Second, TTL: time.Second, Threshold: 10 * time.Second})
-	col.OnRelease(bg, dlock.ReleaseEvent{Name: "x", Result: dlock.ResultOK, Held: 12 * time.Second, TTL: time.Second})
+	col.OnHoldWarning(observe.HoldWarningEvent{Name: "x", Fence: 1, Held: 12 * time.Second, TTL: time.Second, Threshold: 10 * time.Second})
+	col.OnRelease(bg, observe.ReleaseEvent{Name: "x", Result: observe.ResultOK, Held: 12 * time.Second, TTL: time.Second})
 	col.OnAcquire(bg, acquired)
-	col.OnLost(dlock.LostEvent{Name: "x", Reason: dlock.ReasonExpired, Held: time.Second, TTL: 2 * time.Second, Cause: dlock.ErrLockLost})
+	col.OnLost(observe.LostEvent{Name: "x", Reason: observe.ReasonExpired, Held: time.Second, TTL: 2 * time.Second, Cause: dlock.ErrLockLost})
 	col.OnAcquire(bg, acquired)
-	col.OnRelease(bg, dlock.ReleaseEvent{Name: "x", Result: dlock.ResultOK, Held: time.Second}) // a Locker that tells no TTL
+	col.OnRelease(bg, observe.ReleaseEvent{Name: "x", Result: observe.ResultOK, Held: time.Second}) // a Locker that tells no TTL
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(col)
 	f := gather(t, reg)

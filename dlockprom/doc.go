@@ -1,7 +1,7 @@
 // Package dlockprom exports what happens to dlock's locks as Prometheus
 // metrics.
 //
-// A Collector is both a dlock.Observer, handed to dlock.New with
+// A Collector is both a observe.Observer, handed to dlock.New with
 // dlock.WithObserver, and a prometheus.Collector, registered by the caller:
 //
 //	col := dlockprom.NewCollector()

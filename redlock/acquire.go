@@ -17,6 +17,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/node"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // TryAcquire makes one attempt on every node at once and returns the lock if
@@ -88,18 +89,18 @@ func (r *Redlock) Acquire(ctx context.Context, name string, opts ...dlock.Acquir
 // dlock.WithReentry, it becomes the first handle of its re-entry.
 func (r *Redlock) acquired(ctx context.Context, name string, start time.Time, l *Lock, err error, waited, reentrant bool) (dlock.Lock, error) {
 	if len(r.cfg.observers) > 0 {
-		e := dlock.AcquireEvent{Name: name, Wait: time.Since(start), Err: err}
+		e := observe.AcquireEvent{Name: name, Wait: time.Since(start), Err: err}
 		switch {
 		case err == nil:
-			e.Result, e.Fence = dlock.ResultAcquired, l.Fence()
+			e.Result, e.Fence = observe.ResultAcquired, l.Fence()
 		case errors.Is(err, context.Canceled):
-			e.Result = dlock.ResultCancelled
+			e.Result = observe.ResultCancelled
 		case errors.Is(err, context.DeadlineExceeded), waited:
-			e.Result = dlock.ResultTimeout
+			e.Result = observe.ResultTimeout
 		case errors.Is(err, dlock.ErrNotObtained):
-			e.Result = dlock.ResultBusy
+			e.Result = observe.ResultBusy
 		default:
-			e.Result = dlock.ResultError
+			e.Result = observe.ResultError
 		}
 		for _, o := range r.cfg.observers {
 			o.OnAcquire(ctx, e)

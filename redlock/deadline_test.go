@@ -16,6 +16,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/observe"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -333,12 +334,12 @@ func (h *slowReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // blockingLost is an observer whose OnLost waits (at most 3s) until
 // release is closed: a slow metrics exporter or logger.
 type blockingLost struct {
-	dlock.BaseObserver
+	observe.BaseObserver
 	entered, release chan struct{}
 	once             sync.Once
 }
 
-func (o *blockingLost) OnLost(dlock.LostEvent) {
+func (o *blockingLost) OnLost(observe.LostEvent) {
 	o.once.Do(func() { close(o.entered) })
 	select {
 	case <-o.release:

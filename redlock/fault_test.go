@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/faultproxy"
+	"github.com/dlock-go/dlock/observe"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -164,7 +165,7 @@ func TestContextEndsAtValidityWhenNodesHang(t *testing.T) {
 	obs.mu.Lock()
 	losts := obs.losts
 	obs.mu.Unlock()
-	if len(losts) != 1 || losts[0].Reason != dlock.ReasonExpired {
+	if len(losts) != 1 || losts[0].Reason != observe.ReasonExpired {
 		t.Fatalf("lost events %+v, want one expired", losts)
 	}
 }

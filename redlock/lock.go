@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/node"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // Lock is a lock held on a quorum of a Redlock's nodes: one acquisition,
@@ -180,7 +181,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	out, err := l.refresh(ctx, ttl.Truncate(time.Millisecond), true)
 	if out == gone {
-		l.lose(dlock.ReasonTakenOver, fmt.Errorf("%w: %w", dlock.ErrLockLost, err))
+		l.lose(observe.ReasonTakenOver, fmt.Errorf("%w: %w", dlock.ErrLockLost, err))
 	}
 	return err
 }
@@ -473,14 +474,14 @@ func (rn *renewal) Answer(i int, reply node.Reply) {
 	rn.mu.Unlock()
 	l := rn.l
 	out, err := l.conclude(l.ctx, rn.t, rn.start, rn.ttl, false, nil)
-	e := dlock.RenewEvent{Name: l.name, Fence: l.Fence()}
+	e := observe.RenewEvent{Name: l.name, Fence: l.Fence()}
 	switch out {
 	case extended:
-		e.Result = dlock.ResultOK
+		e.Result = observe.ResultOK
 	case gone:
-		e.Result = dlock.ResultLost
+		e.Result = observe.ResultLost
 	case failed:
-		e.Result, e.Err = dlock.ResultError, err
+		e.Result, e.Err = observe.ResultError, err
 	case ended:
 		return // lost or released meanwhile
 	}
@@ -488,7 +489,7 @@ func (rn *renewal) Answer(i int, reply node.Reply) {
 		o.OnRenew(e)
 	}
 	if out == gone {
-		l.lose(dlock.ReasonTakenOver, fmt.Errorf("%w: renewal found the lock gone or taken over: %w", dlock.ErrLockLost, err))
+		l.lose(observe.ReasonTakenOver, fmt.Errorf("%w: renewal found the lock gone or taken over: %w", dlock.ErrLockLost, err))
 		return
 	}
 	l.mu.Lock()
@@ -611,7 +612,7 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 	t := l.releaseNodes(ctx, fences, valid)
 	n, notOurs, errs := t.released, t.notOurs, t.errs
 	l.r.own.Untrack(l)
-	e := dlock.ReleaseEvent{Name: l.name, Fence: l.Fence(), Result: dlock.ResultOK, Held: time.Since(l.start), AfterLoss: afterLoss}
+	e := observe.ReleaseEvent{Name: l.name, Fence: l.Fence(), Result: observe.ResultOK, Held: time.Since(l.start), AfterLoss: afterLoss}
 	var err error
 	switch {
 	case n < l.r.quorum && len(l.r.nodes)-notOurs >= l.r.quorum && !afterLoss:
@@ -627,14 +628,14 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 			msg = fmt.Errorf("%w: %w", msg, errors.Join(errs...))
 		}
 		err = opError("release", l.name, msg)
-		e.Result = dlock.ResultError
+		e.Result = observe.ResultError
 	case afterLoss:
 		// The lock's context already told the holder it was lost (the
 		// validity ran out, a margin before the nodes' leases): the
 		// keys, still ours, are freed early for the next holder, but the
 		// holder learns what its context said, as from a Client.
 		err = opError("release", l.name, fmt.Errorf("%w: lost before the release (%w)", dlock.ErrNotHeld, cause))
-		e.Result = dlock.ResultNotHeld
+		e.Result = observe.ResultNotHeld
 	case n < l.r.quorum:
 		// Not ResultError ("may still be held, retry"): a majority of
 		// the nodes said the lock was no longer ours there.
@@ -649,7 +650,7 @@ func (l *Lock) release(ctx context.Context, cause error) error {
 			// said it in time is a loss: TestNotOursWithinValidityIsNoLateLoss.)
 			msg = fmt.Errorf("%w (%w)", msg, ErrReleasedLate)
 		}
-		e.Result = dlock.ResultNotHeld
+		e.Result = observe.ResultNotHeld
 		if len(errs) > 0 {
 			msg = fmt.Errorf("%w: %w", msg, errors.Join(errs...))
 		}
@@ -758,7 +759,7 @@ func (l *Lock) join(i int, fence int64) bool {
 }
 
 // lose marks a held lock lost, tells the observers and ends its context.
-func (l *Lock) lose(reason dlock.Reason, cause error) {
+func (l *Lock) lose(reason observe.Reason, cause error) {
 	l.mu.Lock()
 	moved := l.life.End(lease.Lost, cause)
 	l.mu.Unlock()
@@ -784,7 +785,7 @@ func (l *Lock) expire(cause error) time.Duration {
 	}
 	l.life.End(lease.Lost, cause)
 	l.mu.Unlock()
-	l.lost(dlock.ReasonExpired, cause)
+	l.lost(observe.ReasonExpired, cause)
 	return 0
 }
 
@@ -808,11 +809,11 @@ func (l *Lock) validityCause() error {
 }
 
 // lost tells the observers of a loss just marked, and ends the context.
-func (l *Lock) lost(reason dlock.Reason, cause error) {
+func (l *Lock) lost(reason observe.Reason, cause error) {
 	// Observers first: whoever wakes on the context finds the metrics and
 	// logs already telling of the loss.
 	for _, o := range l.r.cfg.observers {
-		o.OnLost(dlock.LostEvent{Name: l.name, Fence: l.Fence(), Reason: reason, Held: time.Since(l.start), Cause: cause})
+		o.OnLost(observe.LostEvent{Name: l.name, Fence: l.Fence(), Reason: reason, Held: time.Since(l.start), Cause: cause})
 	}
 	l.cancel(cause)
 	l.stopped()
@@ -829,7 +830,7 @@ func (l *Lock) lost(reason dlock.Reason, cause error) {
 	l.mu.Lock()
 	ttl, at := l.ttl, l.served
 	l.mu.Unlock()
-	if reason != dlock.ReasonExpired {
+	if reason != observe.ReasonExpired {
 		at = time.Time{}
 	} else {
 		at = lease.LapsedGiveBack(at, ttl)

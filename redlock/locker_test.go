@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/observe"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -160,7 +161,7 @@ func TestWaitEndings(t *testing.T) {
 		if d < 300*time.Millisecond || d > 2*time.Second {
 			t.Fatalf("gave up after %v with a wait limit of 300ms", d)
 		}
-		if e := obs.lastAcquire(t); e.Result != dlock.ResultTimeout || e.Err != err {
+		if e := obs.lastAcquire(t); e.Result != observe.ResultTimeout || e.Err != err {
 			t.Fatalf("event %+v, want result timeout with the error", e)
 		}
 	})
@@ -172,7 +173,7 @@ func TestWaitEndings(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled wait: %v does not match context.Canceled", err)
 		}
-		if e := obs.lastAcquire(t); e.Result != dlock.ResultCancelled {
+		if e := obs.lastAcquire(t); e.Result != observe.ResultCancelled {
 			t.Fatalf("event %+v, want result cancelled", e)
 		}
 	})
@@ -184,7 +185,7 @@ func TestWaitEndings(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("wait past ctx's deadline: %v does not match context.DeadlineExceeded", err)
 		}
-		if e := obs.lastAcquire(t); e.Result != dlock.ResultTimeout {
+		if e := obs.lastAcquire(t); e.Result != observe.ResultTimeout {
 			t.Fatalf("event %+v, want result timeout", e)
 		}
 	})
@@ -195,7 +196,7 @@ func TestWaitEndings(t *testing.T) {
 		if d := time.Since(start); d > time.Second {
 			t.Fatalf("WithWait(0) took %v", d)
 		}
-		if e := obs.lastAcquire(t); e.Result != dlock.ResultBusy {
+		if e := obs.lastAcquire(t); e.Result != observe.ResultBusy {
 			t.Fatalf("event %+v, want result busy", e)
 		}
 		// A single attempt, not a wait over before it began: a free lock

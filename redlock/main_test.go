@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/observe"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -84,40 +85,40 @@ func exists(rdbs []redis.UniversalClient, key string) int {
 
 // recorder is an Observer that keeps every event.
 type recorder struct {
-	dlock.BaseObserver
+	observe.BaseObserver
 	mu       sync.Mutex
-	acquires []dlock.AcquireEvent
-	renews   []dlock.RenewEvent
-	losts    []dlock.LostEvent
-	releases []dlock.ReleaseEvent
+	acquires []observe.AcquireEvent
+	renews   []observe.RenewEvent
+	losts    []observe.LostEvent
+	releases []observe.ReleaseEvent
 }
 
-func (o *recorder) OnAcquire(_ context.Context, e dlock.AcquireEvent) {
+func (o *recorder) OnAcquire(_ context.Context, e observe.AcquireEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.acquires = append(o.acquires, e)
 }
 
-func (o *recorder) OnRenew(e dlock.RenewEvent) {
+func (o *recorder) OnRenew(e observe.RenewEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.renews = append(o.renews, e)
 }
 
-func (o *recorder) OnLost(e dlock.LostEvent) {
+func (o *recorder) OnLost(e observe.LostEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.losts = append(o.losts, e)
 }
 
-func (o *recorder) OnRelease(_ context.Context, e dlock.ReleaseEvent) {
+func (o *recorder) OnRelease(_ context.Context, e observe.ReleaseEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.releases = append(o.releases, e)
 }
 
 // lastAcquire returns the latest acquire event.
-func (o *recorder) lastAcquire(t *testing.T) dlock.AcquireEvent {
+func (o *recorder) lastAcquire(t *testing.T) observe.AcquireEvent {
 	t.Helper()
 	o.mu.Lock()
 	defer o.mu.Unlock()

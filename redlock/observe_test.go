@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/observe"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -23,19 +24,19 @@ func TestObserverEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := obs.lastAcquire(t); e.Name != "obs" || e.Result != dlock.ResultAcquired || e.Fence != l.Fence() || e.Err != nil || e.Wait <= 0 {
+	if e := obs.lastAcquire(t); e.Name != "obs" || e.Result != observe.ResultAcquired || e.Fence != l.Fence() || e.Err != nil || e.Wait <= 0 {
 		t.Fatalf("acquire event %+v, lock fence %d", e, l.Fence())
 	}
 	if _, err := r.TryAcquire(bg, "obs"); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("busy: %v", err)
 	}
-	if e := obs.lastAcquire(t); e.Result != dlock.ResultBusy || !errors.Is(e.Err, dlock.ErrNotObtained) {
+	if e := obs.lastAcquire(t); e.Result != observe.ResultBusy || !errors.Is(e.Err, dlock.ErrNotObtained) {
 		t.Fatalf("busy event %+v", e)
 	}
 	if _, err := r.TryAcquire(bg, ""); !errors.Is(err, dlock.ErrInvalidName) {
 		t.Fatalf("empty name: %v", err)
 	}
-	if e := obs.lastAcquire(t); e.Result != dlock.ResultError {
+	if e := obs.lastAcquire(t); e.Result != observe.ResultError {
 		t.Fatalf("invalid name event %+v", e)
 	}
 
@@ -43,7 +44,7 @@ func TestObserverEvents(t *testing.T) {
 	waitFor(t, "two renewals", func() bool { _, n, _, _ := obs.counts(); return n >= 2 })
 	obs.mu.Lock()
 	for _, e := range obs.renews {
-		if e.Name != "obs" || e.Result != dlock.ResultOK || e.Err != nil {
+		if e.Name != "obs" || e.Result != observe.ResultOK || e.Err != nil {
 			t.Errorf("renew event %+v", e)
 		}
 	}
@@ -56,7 +57,7 @@ func TestObserverEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	obs.mu.Lock()
-	if len(obs.releases) != 1 || obs.releases[0].Result != dlock.ResultOK || obs.releases[0].Held <= 0 || obs.releases[0].AfterLoss {
+	if len(obs.releases) != 1 || obs.releases[0].Result != observe.ResultOK || obs.releases[0].Held <= 0 || obs.releases[0].AfterLoss {
 		t.Errorf("release events %+v, want one ok", obs.releases)
 	}
 	obs.mu.Unlock()
@@ -98,11 +99,11 @@ func TestObserverEvents(t *testing.T) {
 		obs.mu.Lock()
 		losts, lastRenew := obs.losts, obs.renews[len(obs.renews)-1]
 		obs.mu.Unlock()
-		if len(losts) != 1 || losts[0].Name != "taken" || losts[0].Reason != dlock.ReasonTakenOver || losts[0].Held <= 0 ||
+		if len(losts) != 1 || losts[0].Name != "taken" || losts[0].Reason != observe.ReasonTakenOver || losts[0].Held <= 0 ||
 			!errors.Is(losts[0].Cause, dlock.ErrLockLost) {
 			t.Fatalf("lost events %+v, want one taken over", losts)
 		}
-		if lastRenew.Name != "taken" || lastRenew.Result != dlock.ResultLost {
+		if lastRenew.Name != "taken" || lastRenew.Result != observe.ResultLost {
 			t.Fatalf("last renew event %+v, want lost", lastRenew)
 		}
 		// Release after the loss: the third node still had it.
@@ -112,7 +113,7 @@ func TestObserverEvents(t *testing.T) {
 		obs.mu.Lock()
 		e := obs.releases[len(obs.releases)-1]
 		obs.mu.Unlock()
-		if e.Name != "taken" || e.Result != dlock.ResultNotHeld || !e.AfterLoss || !errors.Is(e.Err, dlock.ErrNotHeld) {
+		if e.Name != "taken" || e.Result != observe.ResultNotHeld || !e.AfterLoss || !errors.Is(e.Err, dlock.ErrNotHeld) {
 			t.Fatalf("release event %+v, want not held after loss", e)
 		}
 		// Our token, that is: once it is gone from node 2, the other
@@ -151,7 +152,7 @@ func TestObserverEvents(t *testing.T) {
 		obs.mu.Lock()
 		e := obs.losts[len(obs.losts)-1]
 		obs.mu.Unlock()
-		if e.Name != "fixed" || e.Reason != dlock.ReasonExpired {
+		if e.Name != "fixed" || e.Reason != observe.ReasonExpired {
 			t.Fatalf("lost event %+v, want expired", e)
 		}
 		_ = l.Release(bg)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/node"
+	"github.com/dlock-go/dlock/observe"
 )
 
 // An Option configures a Redlock. Options are applied in order by New; an
@@ -31,7 +32,7 @@ type config struct {
 	bounds         dlock.TTLBounds
 	releaseTimeout time.Duration
 	fenceLifetime  time.Duration
-	observers      []dlock.Observer
+	observers      []observe.Observer
 	err            error // the first invalid option, returned by New
 }
 
@@ -126,7 +127,7 @@ func WithFenceLifetime(d time.Duration) Option {
 // every Release (and every release by Close). Each concerns the Redlock's
 // lock, not the nodes one by one, so dlockprom and dlockotel count a Redlock
 // acquisition once. A nil o is ignored.
-func WithObserver(o dlock.Observer) Option {
+func WithObserver(o observe.Observer) Option {
 	return optionFunc(func(c *config) {
 		if o != nil {
 			c.observers = append(c.observers, o)

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/observe"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -54,7 +55,7 @@ func TestNewRefusesInvalidConfiguration(t *testing.T) {
 	}
 	r, err := redlock.New(two, redlock.WithPrefix("app:"), redlock.WithDefaultOwner("me"), redlock.WithDefaultTTL(time.Minute),
 		redlock.WithTTLBounds(time.Millisecond, time.Hour), redlock.WithReleaseTimeout(time.Second),
-		redlock.WithFenceLifetime(time.Hour), redlock.WithObserver(dlock.BaseObserver{}))
+		redlock.WithFenceLifetime(time.Hour), redlock.WithObserver(observe.BaseObserver{}))
 	if err != nil {
 		t.Fatalf("valid options: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/observe"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -362,8 +363,8 @@ func TestReleaseNetworkFailureIsNotNotHeld(t *testing.T) {
 	obs.mu.Lock()
 	e := obs.releases[0]
 	obs.mu.Unlock()
-	if e.Result != dlock.ResultError {
-		t.Errorf("release event result %v, want %v", e.Result, dlock.ResultError)
+	if e.Result != observe.ResultError {
+		t.Errorf("release event result %v, want %v", e.Result, observe.ResultError)
 	}
 	if err := l.Release(bg); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("second Release: %v, want ErrNotHeld", err)
