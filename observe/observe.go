@@ -143,4 +143,3 @@ type HoldWarningEvent struct {
 	TTL       time.Duration // the lease it is renewed with
 	Threshold time.Duration // dlock.WithHoldWarning's, or dlock.DefaultHoldWarningTTLs × TTL
 }
-
