@@ -11,56 +11,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/inspect"
 	"github.com/dlock-go/dlock/internal/node"
 )
-
-// LockInfo is what Redis says about one held lock, for operators: the CLI,
-// the admin view. It is a snapshot; the lock may change right after.
-type LockInfo struct {
-	Name    string        // the lock's name
-	Key     string        // its key in Redis
-	Owner   string        // free text of the holder (WithDefaultOwner; host/pid by default)
-	Token   string        // the holder's token: show TokenPrefix, never the whole
-	Fence   int64         // the holder's fencing token
-	Since   time.Time     // when this holder acquired it (the Redis server's clock)
-	Lease   time.Duration // the lease the holder asked for (its TTL)
-	TTL     time.Duration // what is left of the lease now
-	Waiters int64         // waiters lined up for it in Redis, one per waiting goroutine
-
-	// Kind is KindExclusive, KindShared when readers (WithShared) hold it, or
-	// KindSemaphore.
-	// A read lock's Token is a marker, not a holder's, Owner is empty, Fence
-	// is the largest reader fence, Since the oldest reader's, TTL the longest
-	// reader lease left, and Readers has each live reader, in grant order.
-	// A semaphore's info has no Token and no Lease; Owner reads "k/n
-	// permits", Since is the earliest grant, Fence the latest, TTL the time
-	// until the first permit comes back.
-	Kind    string
-	Readers []ReaderInfo
-	Permits int          // a semaphore's n
-	Holders []PermitInfo // a semaphore's live permits, the first to come back first
-	// Queue is the live waiters in line, first first (at most
-	// maxQueueShown of them), with their owners.
-	Queue []WaiterInfo
-}
-
-// TokenPrefix is the first 8 characters of the token: enough to tell two
-// acquisitions apart on a screen, too little to release the lock with.
-func (i LockInfo) TokenPrefix() string {
-	if len(i.Token) > 8 {
-		return i.Token[:8]
-	}
-	return i.Token
-}
-
-// Age is how long the lock has been held at now.
-func (i LockInfo) Age(now time.Time) time.Duration { return now.Sub(i.Since) }
 
 // List returns the locks held now whose name matches the glob pattern match
 // ("" or "*" for all), at most limit of them (0 for no limit). It walks the
 // keyspace with SCAN (never KEYS), on every primary of a Cluster, so it does
 // not block Redis; on a big keyspace it takes a while.
-func (c *Client) List(ctx context.Context, match string, limit int) ([]LockInfo, error) {
+func (c *Client) List(ctx context.Context, match string, limit int) ([]inspect.LockInfo, error) {
 	if err := c.checkUsable(ctx); err != nil {
 		return nil, opError("list", "", err)
 	}
@@ -123,7 +82,7 @@ func (c *Client) List(ctx context.Context, match string, limit int) ([]LockInfo,
 	if err != nil && !errors.Is(err, errEnough) {
 		return nil, opError("list", "", fmt.Errorf("pattern %q: %w", match, redisError(err)))
 	}
-	infos := make([]LockInfo, 0, len(names))
+	infos := make([]inspect.LockInfo, 0, len(names))
 	// One pipeline per batch of names rather than a round trip per lock.
 	for batch := range slices.Chunk(names, 200) {
 		got, err := c.inspect(ctx, batch)
@@ -149,39 +108,39 @@ var errEnough = errors.New("enough")
 func (c *Client) parseKey(key string) (string, node.KeyKind) { return node.ParseKey(c.cfg.prefix, key) }
 
 // Inspect returns what Redis holds for the lock name, or ErrNotHeld.
-func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
+func (c *Client) Inspect(ctx context.Context, name string) (inspect.LockInfo, error) {
 	if err := checkName(name); err != nil {
-		return LockInfo{}, opError("inspect", name, err)
+		return inspect.LockInfo{}, opError("inspect", name, err)
 	}
 	if err := c.checkUsable(ctx); err != nil {
-		return LockInfo{}, opError("inspect", name, err)
+		return inspect.LockInfo{}, opError("inspect", name, err)
 	}
 	infos, err := c.inspect(ctx, []string{name})
 	if err != nil {
-		return LockInfo{}, opError("inspect", name, err)
+		return inspect.LockInfo{}, opError("inspect", name, err)
 	}
 	if len(infos) == 0 {
 		// Not an exclusive lock: a semaphore of that name?
 		if infos, err = c.semInspect(ctx, []string{name}); err != nil {
-			return LockInfo{}, opError("inspect", name, err)
+			return inspect.LockInfo{}, opError("inspect", name, err)
 		}
 	}
 	if len(infos) == 0 {
-		return LockInfo{}, opError("inspect", name, fmt.Errorf("%w: nobody holds it", ErrNotHeld))
+		return inspect.LockInfo{}, opError("inspect", name, fmt.Errorf("%w: nobody holds it", ErrNotHeld))
 	}
 	return infos[0], nil
 }
 
 // inspect reads the locks of names in one pipeline, leaving out those that
 // are not held (released since a scan saw them).
-func (c *Client) inspect(ctx context.Context, names []string) ([]LockInfo, error) {
+func (c *Client) inspect(ctx context.Context, names []string) ([]inspect.LockInfo, error) {
 	return c.readLocks(ctx, names, true)
 }
 
 // readLocks is inspect; without queue it leaves out the waiters' entries
-// (LockInfo.Queue), two reads per lock that grow with the line, and counts
+// (inspect.LockInfo.Queue), two reads per lock that grow with the line, and counts
 // them only.
-func (c *Client) readLocks(ctx context.Context, names []string, queue bool) ([]LockInfo, error) {
+func (c *Client) readLocks(ctx context.Context, names []string, queue bool) ([]inspect.LockInfo, error) {
 	type reads struct {
 		k       node.Keys
 		h       *redis.MapStringStringCmd
@@ -203,7 +162,7 @@ func (c *Client) readLocks(ctx context.Context, names []string, queue bool) ([]L
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, redisError(err)
 	}
-	var infos []LockInfo
+	var infos []inspect.LockInfo
 	for i, r := range rs {
 		f := r.h.Val()
 		if f["token"] == "" {
@@ -212,7 +171,7 @@ func (c *Client) readLocks(ctx context.Context, names []string, queue bool) ([]L
 		fence, _ := strconv.ParseInt(f["fence"], 10, 64)
 		since, _ := strconv.ParseInt(f["since"], 10, 64)
 		lease, _ := strconv.ParseInt(f["ttl"], 10, 64)
-		infos = append(infos, LockInfo{
+		infos = append(infos, inspect.LockInfo{
 			Name: names[i], Key: r.k.Lock, Owner: f["owner"], Token: f["token"], Fence: fence,
 			Since: time.UnixMilli(since), Lease: time.Duration(lease) * time.Millisecond,
 			TTL: r.pttl.Val(), Waiters: r.waiters.Val(), Kind: KindExclusive,
@@ -231,11 +190,11 @@ func (c *Client) readLocks(ctx context.Context, names []string, queue bool) ([]L
 // the next waiter as a release would, and returns what it removed. Taking the
 // token the caller was shown (from Inspect or List) makes it a
 // compare-and-delete: a lock that changed hands since is left alone
-// (ErrNotHeld, with the new holder's LockInfo); a lock nobody holds gives
-// ErrNotHeld and an empty LockInfo.
+// (ErrNotHeld, with the new holder's inspect.LockInfo); a lock nobody holds gives
+// ErrNotHeld and an empty inspect.LockInfo.
 //
 // A read lock (Kind KindShared) takes either a reader's token (from
-// LockInfo.Readers), which drops that reader alone, or the lock's Token, a
+// inspect.LockInfo.Readers), which drops that reader alone, or the lock's Token, a
 // marker, which drops every reader at once.
 //
 // It breaks mutual exclusion if the holder is alive: the holder learns at its
@@ -243,24 +202,24 @@ func (c *Client) readLocks(ctx context.Context, names []string, queue bool) ([]L
 // overlaps with the next holder's. Use fencing where that matters.
 //
 // A semaphore's permit is force-unlocked by its own token (from
-// LockInfo.Holders); the LockInfo returned is the semaphore's before.
+// inspect.LockInfo.Holders); the inspect.LockInfo returned is the semaphore's before.
 //
 // The token is marked forced on the node for forcedRecordTTL (a day): no
 // later attempt of it takes the lock there again, so a redlock.Lock
 // force-unlocked on a majority of its nodes, one node at a time, is lost at
 // its next renewal instead of being taken again node by node.
-func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo, error) {
+func (c *Client) ForceUnlock(ctx context.Context, name, token string) (inspect.LockInfo, error) {
 	if node.IsSem(token) {
 		return c.forceUnlockPermit(ctx, name, token)
 	}
 	info, err := c.Inspect(ctx, name)
 	if err != nil {
-		// Nobody holds it: ErrNotHeld with an empty LockInfo, which tells
-		// "released since" from "changed hands" (a LockInfo of the new
+		// Nobody holds it: ErrNotHeld with an empty inspect.LockInfo, which tells
+		// "released since" from "changed hands" (a inspect.LockInfo of the new
 		// holder).
-		return LockInfo{}, opError("force unlock", name, errors.Unwrap(err))
+		return inspect.LockInfo{}, opError("force unlock", name, errors.Unwrap(err))
 	}
-	if info.Token != token && !info.readBy(token) {
+	if info.Token != token && !readBy(info, token) {
 		return info, opError("force unlock", name, ErrNotHeld)
 	}
 	// A forced record, not a release record: the holder's own Release, later,
@@ -282,11 +241,11 @@ func (c *Client) ForceUnlock(ctx context.Context, name, token string) (LockInfo,
 	}
 	if res != 1 && res != 2 { // 2: this forced unlock ran before (a re-sent command)
 		// Released or taken between Inspect and the script: report who
-		// holds it now (an empty LockInfo when nobody does), not the
+		// holds it now (an empty inspect.LockInfo when nobody does), not the
 		// holder that was shown.
 		cur, err := c.Inspect(ctx, name)
 		if err != nil {
-			cur = LockInfo{}
+			cur = inspect.LockInfo{}
 		}
 		return cur, opError("force unlock", name, ErrNotHeld)
 	}

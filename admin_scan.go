@@ -6,40 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/inspect"
 	"github.com/dlock-go/dlock/internal/node"
 )
-
-// ScanOptions bound a Client.Scan.
-type ScanOptions struct {
-	// Match is a glob over lock names, as List's ("" or "*" for all).
-	Match string
-	// MaxKeys bounds the keys SCAN looks at, all primaries together (0: no
-	// bound). SCAN's COUNT is how many keys one call looks at (roughly:
-	// Redis walks whole hash buckets), matching or not, so a keyspace of
-	// other data costs as much as one of locks: the walk stops once the
-	// COUNTs of its calls add up to MaxKeys, and says so in Truncated.
-	MaxKeys int
-	// Brief leaves out LockInfo.Queue, the head of each line with its
-	// owners; Waiters still counts the line. Two reads fewer per lock, and
-	// none that grows with the line: what counting needs.
-	Brief bool
-}
-
-// ScanStats tell how far a Scan went.
-type ScanStats struct {
-	Calls     int  // SCAN calls sent
-	Examined  int  // keys those calls were asked to look at: the sum of their COUNTs
-	Keys      int  // keys they returned (dlock's, under the prefix)
-	Locks     int  // held locks read and handed to fn
-	Truncated bool // stopped by MaxKeys or by ctx before the end of the keyspace
-	// Now is the Redis server's clock when the walk began: ages of the
-	// locks found are Now minus their Since, on one clock.
-	Now time.Time
-}
 
 // scanCount is SCAN's COUNT per call, as List's.
 const scanCount = 1000
@@ -58,13 +30,13 @@ const scanCount = 1000
 // Scan hands it to fn once).
 //
 // With a Cluster, the primaries are walked one after another and share the
-// budget. Ages (LockInfo.Since) are on the Redis server's clock.
-func (c *Client) Scan(ctx context.Context, opts ScanOptions, fn func([]LockInfo)) (ScanStats, error) {
+// budget. Ages (inspect.LockInfo.Since) are on the Redis server's clock.
+func (c *Client) Scan(ctx context.Context, opts inspect.ScanOptions, fn func([]inspect.LockInfo)) (inspect.ScanStats, error) {
 	if opts.MaxKeys < 0 {
-		return ScanStats{}, opError("scan", "", fmt.Errorf("%w: ScanOptions.MaxKeys %d is below 0", ErrInvalidOption, opts.MaxKeys))
+		return inspect.ScanStats{}, opError("scan", "", fmt.Errorf("%w: inspect.ScanOptions.MaxKeys %d is below 0", ErrInvalidOption, opts.MaxKeys))
 	}
 	if err := c.checkUsable(ctx); err != nil {
-		return ScanStats{}, opError("scan", "", err)
+		return inspect.ScanStats{}, opError("scan", "", err)
 	}
 	match := opts.Match
 	if match == "" {
@@ -76,7 +48,7 @@ func (c *Client) Scan(ctx context.Context, opts ScanOptions, fn func([]LockInfo)
 	// lock's hash or a semaphore's permits are dropped here.
 	now, err := c.rdb.Time(ctx).Result()
 	if err != nil {
-		return ScanStats{}, opError("scan", "", redisError(err))
+		return inspect.ScanStats{}, opError("scan", "", redisError(err))
 	}
 	w := scanWalk{c: c, ctx: ctx, opts: opts, fn: fn, pattern: node.Match(c.cfg.prefix, match), seen: map[string]bool{}}
 	w.st.Now = now
@@ -117,10 +89,10 @@ func (c *Client) Scan(ctx context.Context, opts ScanOptions, fn func([]LockInfo)
 type scanWalk struct {
 	c       *Client
 	ctx     context.Context
-	opts    ScanOptions
-	fn      func([]LockInfo)
+	opts    inspect.ScanOptions
+	fn      func([]inspect.LockInfo)
 	pattern string
-	st      ScanStats
+	st      inspect.ScanStats
 	seen    map[string]bool // keys already taken: SCAN may return one twice
 	names   []string        // lock hashes to read
 	sems    []string        // semaphores to read
@@ -181,11 +153,15 @@ func (w *scanWalk) node(primary redis.UniversalClient) error {
 func (w *scanWalk) flush() error {
 	queue := !w.opts.Brief
 	for _, batch := range []struct {
-		read  func(context.Context, []string) ([]LockInfo, error)
+		read  func(context.Context, []string) ([]inspect.LockInfo, error)
 		names []string
 	}{
-		{func(ctx context.Context, names []string) ([]LockInfo, error) { return w.c.readLocks(ctx, names, queue) }, w.names},
-		{func(ctx context.Context, names []string) ([]LockInfo, error) { return w.c.readSems(ctx, names, queue) }, w.sems},
+		{func(ctx context.Context, names []string) ([]inspect.LockInfo, error) {
+			return w.c.readLocks(ctx, names, queue)
+		}, w.names},
+		{func(ctx context.Context, names []string) ([]inspect.LockInfo, error) {
+			return w.c.readSems(ctx, names, queue)
+		}, w.sems},
 	} {
 		for names := range slices.Chunk(batch.names, 200) {
 			infos, err := readBatch(w.ctx, batch.read, names)
@@ -208,7 +184,7 @@ func (w *scanWalk) flush() error {
 // A key of another type under the prefix (SCAN has no TYPE filter here, see
 // Scan) fails the whole pipeline with WRONGTYPE: then the names are read one
 // by one and that key is left out, as List leaves it out.
-func readBatch(ctx context.Context, read func(context.Context, []string) ([]LockInfo, error), names []string) ([]LockInfo, error) {
+func readBatch(ctx context.Context, read func(context.Context, []string) ([]inspect.LockInfo, error), names []string) ([]inspect.LockInfo, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}

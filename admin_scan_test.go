@@ -10,16 +10,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/inspect"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // scanAll runs a Scan and returns the locks it handed over, by name, failing
 // on one handed over twice.
-func scanAll(t *testing.T, c *dlock.Client, opts dlock.ScanOptions) (map[string]dlock.LockInfo, int, dlock.ScanStats, error) {
+func scanAll(t *testing.T, c *dlock.Client, opts inspect.ScanOptions) (map[string]inspect.LockInfo, int, inspect.ScanStats, error) {
 	t.Helper()
-	got := map[string]dlock.LockInfo{}
+	got := map[string]inspect.LockInfo{}
 	batches := 0
-	st, err := c.Scan(bg, opts, func(infos []dlock.LockInfo) {
+	st, err := c.Scan(bg, opts, func(infos []inspect.LockInfo) {
 		batches++
 		for _, i := range infos {
 			if _, dup := got[i.Name]; dup {
@@ -45,7 +46,7 @@ func TestScanFindsWhatListFinds(t *testing.T) {
 	rdb.Set(bg, "dlock:{not-a-lock}", "x", 0) // another type under the prefix
 	rdb.Set(bg, "unrelated", "x", 0)
 
-	got, batches, st, err := scanAll(t, c, dlock.ScanOptions{})
+	got, batches, st, err := scanAll(t, c, inspect.ScanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestScanFindsWhatListFinds(t *testing.T) {
 		t.Errorf("stats' server clock %v is %v from this machine's", st.Now, d)
 	}
 
-	orders, _, _, err := scanAll(t, c, dlock.ScanOptions{Match: "order:1*"})
+	orders, _, _, err := scanAll(t, c, inspect.ScanOptions{Match: "order:1*"})
 	if err != nil || len(orders) != 1+10+100 { // order:1, order:10-19, order:100-199
 		t.Fatalf("Scan of order:1* found %d, %v; want 111", len(orders), err)
 	}
@@ -90,11 +91,11 @@ func TestScanBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustAcquire(t, c, "order:1")
-	_, _, st, err := scanAll(t, c, dlock.ScanOptions{MaxKeys: 1500})
+	_, _, st, err := scanAll(t, c, inspect.ScanOptions{MaxKeys: 1500})
 	if err != nil || !st.Truncated || st.Calls != 2 || st.Examined != 1500 {
 		t.Fatalf("Scan with a budget of 1500 keys over 5000: %+v, %v; want 2 calls (1000, 500), truncated", st, err)
 	}
-	got, _, st, err := scanAll(t, c, dlock.ScanOptions{})
+	got, _, st, err := scanAll(t, c, inspect.ScanOptions{})
 	if err != nil || st.Truncated || len(got) != 1 {
 		t.Fatalf("Scan without a budget: %d locks, %+v, %v", len(got), st, err)
 	}
@@ -102,12 +103,12 @@ func TestScanBudget(t *testing.T) {
 
 func TestScanBadInputAndContext(t *testing.T) {
 	c, _, _ := setup(t)
-	if _, err := c.Scan(bg, dlock.ScanOptions{MaxKeys: -1}, nil); !errors.Is(err, dlock.ErrInvalidOption) {
+	if _, err := c.Scan(bg, inspect.ScanOptions{MaxKeys: -1}, nil); !errors.Is(err, dlock.ErrInvalidOption) {
 		t.Errorf("MaxKeys -1: %v, want ErrInvalidOption", err)
 	}
 	ctx, cancel := context.WithCancel(bg)
 	cancel()
-	if _, err := c.Scan(ctx, dlock.ScanOptions{}, nil); !errors.Is(err, context.Canceled) {
+	if _, err := c.Scan(ctx, inspect.ScanOptions{}, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled context: %v, want context.Canceled", err)
 	}
 }
@@ -122,7 +123,7 @@ func TestScanCluster(t *testing.T) {
 	for i := range n {
 		mustAcquire(t, c, fmt.Sprintf("job:%d", i))
 	}
-	got, _, st, err := scanAll(t, c, dlock.ScanOptions{})
+	got, _, st, err := scanAll(t, c, inspect.ScanOptions{})
 	if err != nil || len(got) != n || st.Truncated || st.Calls < 3 {
 		t.Fatalf("Scan on a Cluster: %d locks, %+v, %v; want %d from one call or more per primary", len(got), st, err, n)
 	}
@@ -133,7 +134,7 @@ func TestScanCluster(t *testing.T) {
 	if _, err := pipe.Exec(bg); err != nil {
 		t.Fatal(err)
 	}
-	_, _, st, err = scanAll(t, c, dlock.ScanOptions{MaxKeys: 2500})
+	_, _, st, err = scanAll(t, c, inspect.ScanOptions{MaxKeys: 2500})
 	if err != nil || !st.Truncated || st.Examined != 2500 {
 		t.Fatalf("Scan on a Cluster with a budget of 2500 keys: %+v, %v", st, err)
 	}
@@ -158,7 +159,7 @@ func ExampleClient_Scan() {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	held := 0
-	st, err := locker.Scan(ctx, dlock.ScanOptions{Match: "invoice:*", MaxKeys: 100_000}, func(infos []dlock.LockInfo) {
+	st, err := locker.Scan(ctx, inspect.ScanOptions{Match: "invoice:*", MaxKeys: 100_000}, func(infos []inspect.LockInfo) {
 		held += len(infos)
 	})
 	if err != nil {
@@ -196,7 +197,7 @@ func TestScanBrief(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		full, _, _, err := scanAll(t, c, dlock.ScanOptions{})
+		full, _, _, err := scanAll(t, c, inspect.ScanOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +209,7 @@ func TestScanBrief(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	brief, _, _, err := scanAll(t, c, dlock.ScanOptions{Brief: true})
+	brief, _, _, err := scanAll(t, c, inspect.ScanOptions{Brief: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,31 +11,19 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/inspect"
 	"github.com/dlock-go/dlock/internal/node"
 )
 
-// PermitInfo is one held permit of a semaphore, for operators.
-type PermitInfo struct {
-	Owner string        // free text of the holder
-	Token string        // the permit's token: show TokenPrefix, never the whole
-	Fence int64         // the fence of this permit's grant
-	Since time.Time     // when it was granted (the Redis server's clock)
-	Lease time.Duration // the lease the holder asked for
-	TTL   time.Duration // what is left of its lease now
-}
-
-// TokenPrefix is the first 8 characters of the token, as LockInfo's.
-func (p PermitInfo) TokenPrefix() string { return LockInfo{Token: p.Token}.TokenPrefix() }
-
 // semInspect reads the semaphores of names in one pipeline, leaving out
 // those with no live permit.
-func (c *Client) semInspect(ctx context.Context, names []string) ([]LockInfo, error) {
+func (c *Client) semInspect(ctx context.Context, names []string) ([]inspect.LockInfo, error) {
 	return c.readSems(ctx, names, true)
 }
 
 // readSems is semInspect; without queue it counts the waiters without
 // reading their entries, as readLocks.
-func (c *Client) readSems(ctx context.Context, names []string, queue bool) ([]LockInfo, error) {
+func (c *Client) readSems(ctx context.Context, names []string, queue bool) ([]inspect.LockInfo, error) {
 	type reads struct {
 		k       node.SemKeys
 		permits *redis.ZSliceCmd
@@ -60,18 +48,18 @@ func (c *Client) readSems(ctx context.Context, names []string, queue bool) ([]Lo
 		return nil, redisError(err)
 	}
 	nowMS := now.Val().UnixMilli()
-	var infos []LockInfo
+	var infos []inspect.LockInfo
 	for i, r := range rs {
 		data := r.data.Val()
 		n, _ := strconv.Atoi(data["n"])
-		info := LockInfo{Name: names[i], Key: r.k.Permits, Kind: KindSemaphore, Permits: n}
+		info := inspect.LockInfo{Name: names[i], Key: r.k.Permits, Kind: KindSemaphore, Permits: n}
 		for _, z := range r.permits.Val() {
 			token, _ := z.Member.(string)
 			left := int64(z.Score) - nowMS
 			if left <= 0 {
 				continue // expired: the next script purges it
 			}
-			p := PermitInfo{Token: token, TTL: time.Duration(left) * time.Millisecond}
+			p := inspect.PermitInfo{Token: token, TTL: time.Duration(left) * time.Millisecond}
 			if parts := strings.SplitN(data[token], "|", 4); len(parts) == 4 {
 				p.Fence, _ = strconv.ParseInt(parts[0], 10, 64)
 				since, _ := strconv.ParseInt(parts[1], 10, 64)
@@ -95,11 +83,11 @@ func (c *Client) readSems(ctx context.Context, names []string, queue bool) ([]Lo
 	return infos, nil
 }
 
-// summarize fills a semaphore's LockInfo fields that describe one holder
+// summarize fills a semaphore's inspect.LockInfo fields that describe one holder
 // for an exclusive lock: the earliest grant (Since), the latest fence, and
 // the time until the first permit comes back (TTL), as a busy Acquire
 // reports it. Owner tells how many of the permits are held.
-func summarize(info *LockInfo) {
+func summarize(info *inspect.LockInfo) {
 	first := info.Holders[0] // ZRANGE: earliest lease end first
 	info.TTL = first.TTL
 	info.Since = first.Since
@@ -116,8 +104,8 @@ func summarize(info *LockInfo) {
 // does a lock's: fields is the number of '|'-separated fields before the
 // owner (4 for a semaphore's entries, which carry n). Entries no longer
 // alive at nowMS are left out, as a hand-off skips them.
-func waitersOf(queue []redis.Z, qdata map[string]string, nowMS int64, fields int) []WaiterInfo {
-	var out []WaiterInfo
+func waitersOf(queue []redis.Z, qdata map[string]string, nowMS int64, fields int) []inspect.WaiterInfo {
+	var out []inspect.WaiterInfo
 	for _, z := range queue {
 		token, _ := z.Member.(string)
 		parts := strings.SplitN(qdata[token], "|", fields+1)
@@ -128,7 +116,7 @@ func waitersOf(queue []redis.Z, qdata map[string]string, nowMS int64, fields int
 		if alive < nowMS {
 			continue
 		}
-		out = append(out, WaiterInfo{Owner: parts[fields], Token: token,
+		out = append(out, inspect.WaiterInfo{Owner: parts[fields], Token: token,
 			Alive: (time.Duration(alive-nowMS) * time.Millisecond)})
 		if len(out) == maxQueueShown {
 			break
@@ -138,19 +126,19 @@ func waitersOf(queue []redis.Z, qdata map[string]string, nowMS int64, fields int
 }
 
 // forceUnlockPermit is ForceUnlock of one permit of a semaphore.
-func (c *Client) forceUnlockPermit(ctx context.Context, name, token string) (LockInfo, error) {
+func (c *Client) forceUnlockPermit(ctx context.Context, name, token string) (inspect.LockInfo, error) {
 	err := checkName(name)
 	if err == nil {
 		err = c.checkUsable(ctx)
 	}
 	if err != nil {
-		return LockInfo{}, opError("force unlock", name, err)
+		return inspect.LockInfo{}, opError("force unlock", name, err)
 	}
 	infos, err := c.semInspect(ctx, []string{name})
 	if err != nil {
-		return LockInfo{}, opError("force unlock", name, err)
+		return inspect.LockInfo{}, opError("force unlock", name, err)
 	}
-	var info LockInfo
+	var info inspect.LockInfo
 	if len(infos) > 0 {
 		info = infos[0]
 	}
@@ -158,7 +146,7 @@ func (c *Client) forceUnlockPermit(ctx context.Context, name, token string) (Loc
 	// refused before anything is sent (run twice, the second finds none).
 	// The script's own "ran before" (2) is then a copy of this command that
 	// go-redis sent again, and reports success.
-	if !slices.ContainsFunc(info.Holders, func(p PermitInfo) bool { return p.Token == token }) {
+	if !slices.ContainsFunc(info.Holders, func(p inspect.PermitInfo) bool { return p.Token == token }) {
 		return info, opError("force unlock", name, fmt.Errorf("%w: no live permit has that token", ErrNotHeld))
 	}
 	// A forced record, as ForceUnlock writes: nothing takes a permit again

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/inspect"
 )
 
 // TestSemaphoreListAndInspect: permits and waiters are visible, with their
@@ -29,7 +30,7 @@ func TestSemaphoreListAndInspect(t *testing.T) {
 		}
 		got <- l
 	}()
-	var info dlock.LockInfo
+	var info inspect.LockInfo
 	waitFor(t, "waiter visible", func() bool {
 		var err error
 		info, err = cs[0].Inspect(bg, "conns")

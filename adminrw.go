@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/inspect"
 	"github.com/dlock-go/dlock/internal/node"
 )
 
@@ -17,32 +18,6 @@ const (
 	KindSemaphore = "semaphore" // permits of a name (Permits)
 )
 
-// ReaderInfo is one reader of a shared lock, in LockInfo.Readers.
-type ReaderInfo struct {
-	Owner string        // free text of the reader (WithDefaultOwner)
-	Token string        // its token: show TokenPrefix, never the whole
-	Fence int64         // its grant's fence
-	Since time.Time     // when it acquired (the Redis server's clock)
-	Lease time.Duration // the lease it asked for
-	TTL   time.Duration // what is left of it now
-}
-
-// TokenPrefix is the first 8 characters of the token, as LockInfo's.
-func (r ReaderInfo) TokenPrefix() string { return LockInfo{Token: r.Token}.TokenPrefix() }
-
-// WaiterInfo is one client in line for a lock, in LockInfo.Queue.
-type WaiterInfo struct {
-	Owner  string // free text of the waiting client (WithDefaultOwner)
-	Token  string // the token it waits with: show TokenPrefix, never the whole
-	Shared bool   // it waits for a read lock
-	// Alive is how long its entry stays in line without a renewed attempt:
-	// a waiter that crashed drops out when it runs out.
-	Alive time.Duration
-}
-
-// TokenPrefix is the first 8 characters of the token, as LockInfo's.
-func (w WaiterInfo) TokenPrefix() string { return LockInfo{Token: w.Token}.TokenPrefix() }
-
 // maxQueueShown bounds LockInfo.Queue: an operator reads the head of a line;
 // Waiters has its length.
 const maxQueueShown = 100
@@ -50,7 +25,7 @@ const maxQueueShown = 100
 // sharedInfo fills in a read-held lock's readers from its hash f (see the
 // reader layout in internal/scripts/common.lua), leaving out readers whose
 // lease is over at the server's time now.
-func sharedInfo(i *LockInfo, f map[string]string, now time.Time) {
+func sharedInfo(i *inspect.LockInfo, f map[string]string, now time.Time) {
 	i.Kind, i.Owner, i.Since, i.Lease = KindShared, "", time.Time{}, 0
 	for field, v := range f {
 		token, ok := strings.CutPrefix(field, "r:")
@@ -69,7 +44,7 @@ func sharedInfo(i *LockInfo, f map[string]string, now time.Time) {
 		if left <= 0 {
 			continue
 		}
-		r := ReaderInfo{Owner: parts[4], Token: token, Fence: fence, Since: time.UnixMilli(since),
+		r := inspect.ReaderInfo{Owner: parts[4], Token: token, Fence: fence, Since: time.UnixMilli(since),
 			Lease: time.Duration(ttl) * time.Millisecond, TTL: left.Truncate(time.Millisecond)}
 		i.Readers = append(i.Readers, r)
 		if i.Since.IsZero() || r.Since.Before(i.Since) {
@@ -77,14 +52,14 @@ func sharedInfo(i *LockInfo, f map[string]string, now time.Time) {
 		}
 	}
 	// Fences grow in grant order; since has whole ms only.
-	slices.SortFunc(i.Readers, func(a, b ReaderInfo) int { return cmp.Compare(a.Fence, b.Fence) })
+	slices.SortFunc(i.Readers, func(a, b inspect.ReaderInfo) int { return cmp.Compare(a.Fence, b.Fence) })
 }
 
 // queueOf reads the waiters in line (tokens in queue order, data the waiter
 // data hash; see acquire.lua), leaving out entries no longer alive at the
 // server's time now, which a hand-off skips.
-func queueOf(tokens []string, data map[string]string, now time.Time) []WaiterInfo {
-	var q []WaiterInfo
+func queueOf(tokens []string, data map[string]string, now time.Time) []inspect.WaiterInfo {
+	var q []inspect.WaiterInfo
 	for _, t := range tokens {
 		parts := strings.SplitN(data[t], "|", 4)
 		if len(parts) != 4 {
@@ -95,12 +70,12 @@ func queueOf(tokens []string, data map[string]string, now time.Time) []WaiterInf
 		if left < 0 {
 			continue
 		}
-		q = append(q, WaiterInfo{Owner: parts[3], Token: t, Shared: node.IsShared(t), Alive: left.Truncate(time.Millisecond)})
+		q = append(q, inspect.WaiterInfo{Owner: parts[3], Token: t, Shared: node.IsShared(t), Alive: left.Truncate(time.Millisecond)})
 	}
 	return q
 }
 
 // readBy reports whether token is one of the live readers of i.
-func (i LockInfo) readBy(token string) bool {
-	return slices.ContainsFunc(i.Readers, func(r ReaderInfo) bool { return r.Token == token })
+func readBy(i inspect.LockInfo, token string) bool {
+	return slices.ContainsFunc(i.Readers, func(r inspect.ReaderInfo) bool { return r.Token == token })
 }

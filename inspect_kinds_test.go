@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/inspect"
 )
 
 // The double's Inspect tells each kind as the Client's does: the kind, the
@@ -27,7 +28,7 @@ func TestInspectKindsDoubleAsClient(t *testing.T) {
 	} {
 		for _, l := range []interface {
 			dlock.Locker
-			Inspect(ctx context.Context, name string) (dlock.LockInfo, error)
+			Inspect(ctx context.Context, name string) (inspect.LockInfo, error)
 		}{c, d} {
 			lk, err := l.TryAcquire(bg, tc.name, tc.opts...)
 			if err != nil {
@@ -43,7 +44,7 @@ func TestInspectKindsDoubleAsClient(t *testing.T) {
 	}
 	for _, l := range []interface {
 		dlock.Locker
-		Inspect(ctx context.Context, name string) (dlock.LockInfo, error)
+		Inspect(ctx context.Context, name string) (inspect.LockInfo, error)
 	}{c, d} {
 		lk, err := l.TryAcquire(bg, "ik:kept", dlock.WithMinHold(time.Second))
 		if err != nil {
@@ -63,7 +64,7 @@ func TestInspectQueueDoubleAsClient(t *testing.T) {
 	d := dlocktest.MustNew()
 	for _, l := range []interface {
 		dlock.Locker
-		Inspect(ctx context.Context, name string) (dlock.LockInfo, error)
+		Inspect(ctx context.Context, name string) (inspect.LockInfo, error)
 	}{c, d} {
 		lk, err := l.TryAcquire(bg, "ik:q", dlock.WithOwner("holder"))
 		if err != nil {

@@ -10,11 +10,12 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/inspect"
 )
 
 // inspector is what the Client and the double share for reading a holder.
 type inspector interface {
-	Inspect(ctx context.Context, name string) (dlock.LockInfo, error)
+	Inspect(ctx context.Context, name string) (inspect.LockInfo, error)
 }
 
 // WithOwner's text is the holder's, on a plain grant and on a lock

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/inspect"
 	"github.com/dlock-go/dlock/internal/flightcache"
 )
 
@@ -104,8 +104,8 @@ var errEnough = errors.New("dlockadmin: limit reached")
 func (h *handler) listing(ctx context.Context, q query) (snapshot, error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	var locks []dlock.LockInfo
-	st, err := h.c.Scan(ctx, dlock.ScanOptions{Match: q.match, MaxKeys: h.cfg.listing.scanMaxKeys}, func(batch []dlock.LockInfo) {
+	var locks []inspect.LockInfo
+	st, err := h.c.Scan(ctx, inspect.ScanOptions{Match: q.match, MaxKeys: h.cfg.listing.scanMaxKeys}, func(batch []inspect.LockInfo) {
 		locks = append(locks, batch...)
 		if len(locks) > q.limit {
 			stop(errEnough)
@@ -118,7 +118,7 @@ func (h *handler) listing(ctx context.Context, q query) (snapshot, error) {
 	s := snapshot{Match: q.match, Limit: q.limit, GeneratedAt: h.now(), Examined: st.Examined}
 	// Sorted before the cut, so that a cut listing keeps the same names
 	// from one listing to the next rather than whichever SCAN met first.
-	slices.SortFunc(locks, func(a, b dlock.LockInfo) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(locks, func(a, b inspect.LockInfo) int { return cmp.Compare(a.Name, b.Name) })
 	if limited {
 		locks = locks[:q.limit]
 	}

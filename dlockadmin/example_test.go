@@ -81,7 +81,7 @@ func ExampleNewServeMux() {
 }
 
 // One shape for a lock in JSON: the API answers with Lock, `dlock list -o
-// json` prints it, and LockOf makes one from a dlock.LockInfo.
+// json` prints it, and LockOf makes one from a inspect.LockInfo.
 func ExampleLockOf() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/inspect"
 	"github.com/dlock-go/dlock/internal/flightcache"
 )
 
@@ -93,16 +94,16 @@ func MustNewHandler(c *dlock.Client, opts ...Option) http.Handler {
 
 // age is how long i has been held at now, never negative: Since is on the
 // holder's clock, which may run ahead of ours.
-func age(i dlock.LockInfo, now time.Time) time.Duration { return max(i.Age(now), 0) }
+func age(i inspect.LockInfo, now time.Time) time.Duration { return max(i.Age(now), 0) }
 
 // snapshot is one listing with its rankings, shared by the API and the page.
 type snapshot struct {
 	Match       string
 	Limit       int
 	Truncated   bool // more locks matched than Limit, or ScanTruncated
-	Locks       []dlock.LockInfo
-	Hottest     []dlock.LockInfo
-	Longest     []dlock.LockInfo
+	Locks       []inspect.LockInfo
+	Hottest     []inspect.LockInfo
+	Longest     []inspect.LockInfo
 	GeneratedAt time.Time
 
 	// ScanTruncated: the walk stopped at the scan budget (WithScanBudget)
@@ -145,7 +146,7 @@ func (h *handler) forgetting(next http.HandlerFunc) http.HandlerFunc {
 
 // rank returns the TopN locks with the most waiters (only those with any:
 // a lock nobody waits for is not hot) and the TopN held the longest.
-func rank(locks []dlock.LockInfo) (hottest, longest []dlock.LockInfo) {
+func rank(locks []inspect.LockInfo) (hottest, longest []inspect.LockInfo) {
 	for _, l := range locks {
 		if l.Waiters > 0 {
 			hottest = append(hottest, l)
@@ -153,11 +154,11 @@ func rank(locks []dlock.LockInfo) (hottest, longest []dlock.LockInfo) {
 	}
 	// Ties are broken by name so that the rankings do not flicker between
 	// two refreshes of an unchanged keyspace.
-	slices.SortStableFunc(hottest, func(a, b dlock.LockInfo) int {
+	slices.SortStableFunc(hottest, func(a, b inspect.LockInfo) int {
 		return cmp.Or(cmp.Compare(b.Waiters, a.Waiters), cmp.Compare(a.Name, b.Name))
 	})
 	longest = slices.Clone(locks)
-	slices.SortStableFunc(longest, func(a, b dlock.LockInfo) int {
+	slices.SortStableFunc(longest, func(a, b inspect.LockInfo) int {
 		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.Name, b.Name))
 	})
 	return hottest[:min(len(hottest), TopN)], longest[:min(len(longest), TopN)]
@@ -190,7 +191,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, msg)
 		return
 	}
-	conv := func(ls []dlock.LockInfo) []Lock {
+	conv := func(ls []inspect.LockInfo) []Lock {
 		out := make([]Lock, 0, len(ls)) // [] rather than null in the JSON
 		for _, l := range ls {
 			out = append(out, LockOf(l, s.GeneratedAt))

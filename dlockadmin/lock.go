@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/inspect"
 )
 
 // Lock is one held lock as JSON shows it, the one shape of a lock in the
@@ -57,7 +58,7 @@ type Waiter struct {
 }
 
 // LockOf returns i as JSON shows it, with its age at now.
-func LockOf(i dlock.LockInfo, now time.Time) Lock {
+func LockOf(i inspect.LockInfo, now time.Time) Lock {
 	l := Lock{
 		Name: i.Name, Key: i.Key, Owner: i.Owner, TokenPrefix: i.TokenPrefix(), Fence: i.Fence,
 		Since: i.Since.UTC(), AgeMS: age(i, now).Milliseconds(), LeaseMS: i.Lease.Milliseconds(),
@@ -70,7 +71,7 @@ func LockOf(i dlock.LockInfo, now time.Time) Lock {
 		l.Readers = append(l.Readers, holderOf(r))
 	}
 	for _, p := range i.Holders {
-		l.Holders = append(l.Holders, holderOf(dlock.ReaderInfo(p)))
+		l.Holders = append(l.Holders, holderOf(inspect.ReaderInfo(p)))
 	}
 	for _, w := range i.Queue {
 		l.Queue = append(l.Queue, Waiter{Owner: w.Owner, TokenPrefix: w.TokenPrefix(), Shared: w.Shared, AliveMS: w.Alive.Milliseconds()})
@@ -78,7 +79,7 @@ func LockOf(i dlock.LockInfo, now time.Time) Lock {
 	return l
 }
 
-func holderOf(r dlock.ReaderInfo) Holder {
+func holderOf(r inspect.ReaderInfo) Holder {
 	return Holder{Owner: r.Owner, TokenPrefix: r.TokenPrefix(), Fence: r.Fence, Since: r.Since.UTC(),
 		LeaseMS: r.Lease.Milliseconds(), TTLMS: r.TTL.Milliseconds()}
 }

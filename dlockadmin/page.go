@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/inspect"
 )
 
 // page.html is the whole HTML view: one template, inline CSS, no external
@@ -78,7 +79,7 @@ type row struct {
 	Permits, Queue []string
 }
 
-func toRow(i dlock.LockInfo, now time.Time) row {
+func toRow(i inspect.LockInfo, now time.Time) row {
 	ttl := "no expiry"
 	if i.TTL >= 0 {
 		ttl = human(i.TTL)
@@ -103,7 +104,7 @@ func toRow(i dlock.LockInfo, now time.Time) row {
 }
 
 // waiterKind is the kind a waiter waits for, in LockInfo.Kind's words.
-func waiterKind(w dlock.WaiterInfo) string {
+func waiterKind(w inspect.WaiterInfo) string {
 	if w.Shared {
 		return dlock.KindShared
 	}
@@ -111,7 +112,7 @@ func waiterKind(w dlock.WaiterInfo) string {
 }
 
 // lineText lists the waiters in line for a cell's title: owner and kind.
-func lineText(i dlock.LockInfo) string {
+func lineText(i inspect.LockInfo) string {
 	parts := make([]string, 0, len(i.Queue))
 	for _, w := range i.Queue {
 		parts = append(parts, w.Owner+" ("+waiterKind(w)+")")
@@ -119,7 +120,7 @@ func lineText(i dlock.LockInfo) string {
 	return strings.Join(parts, ", ")
 }
 
-func permitLines(i dlock.LockInfo) []string {
+func permitLines(i inspect.LockInfo) []string {
 	var out []string
 	for _, p := range i.Holders {
 		out = append(out, fmt.Sprintf("%s (fence %d, %s left)", p.Owner, p.Fence, human(p.TTL)))
@@ -127,7 +128,7 @@ func permitLines(i dlock.LockInfo) []string {
 	return out
 }
 
-func queueLines(i dlock.LockInfo) []string {
+func queueLines(i inspect.LockInfo) []string {
 	var out []string
 	for n, w := range i.Queue {
 		kind := waiterKind(w)
@@ -187,7 +188,7 @@ func (h *handler) view(ctx context.Context, match, limit string) (pageView, int)
 		v.Error = msg
 		return v, status
 	}
-	rows := func(ls []dlock.LockInfo) []row {
+	rows := func(ls []inspect.LockInfo) []row {
 		out := make([]row, 0, len(ls))
 		for _, l := range ls {
 			out = append(out, toRow(l, s.GeneratedAt))

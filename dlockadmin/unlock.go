@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/inspect"
 )
 
 // maxFormBytes bounds an unlock request's body: a name, a fence and a token.
@@ -31,11 +32,11 @@ type unlockRequest struct {
 // unlockResult is what one attempt came to.
 type unlockResult struct {
 	status  int
-	msg     string         // for the client
-	err     error          // an internal error behind msg, for the audit line only
-	wait    time.Duration  // 429: when the client may try again
-	removed dlock.LockInfo // on success: the holder removed
-	current dlock.LockInfo // on a conflict: the holder now
+	msg     string           // for the client
+	err     error            // an internal error behind msg, for the audit line only
+	wait    time.Duration    // 429: when the client may try again
+	removed inspect.LockInfo // on success: the holder removed
+	current inspect.LockInfo // on a conflict: the holder now
 }
 
 // unlockAPI serves POST /api/locks/{name}/unlock?fence=N with
@@ -171,7 +172,7 @@ func failedUnlock(err error) unlockResult {
 // fenceDiffers says why an unlock named a fence the lock does not have. It
 // does not say the lock changed hands: the fence may have been mistyped or
 // copied from another row; all the server knows is that the fences differ.
-func fenceDiffers(name string, info dlock.LockInfo, fence int64) string {
+func fenceDiffers(name string, info inspect.LockInfo, fence int64) string {
 	if info.Kind == dlock.KindSemaphore {
 		return fmt.Sprintf("lock %q: fence differs: no permit of the semaphore has fence %d now; nothing was removed", name, fence)
 	}
@@ -222,7 +223,7 @@ func (h *handler) audit(r *http.Request, req unlockRequest, res unlockResult) un
 	return res
 }
 
-func holderAttrs(key string, i dlock.LockInfo) slog.Attr {
+func holderAttrs(key string, i inspect.LockInfo) slog.Attr {
 	return slog.Group(key,
 		slog.String("owner", clip(i.Owner, maxLogValue)),
 		slog.Int64("fence", i.Fence),

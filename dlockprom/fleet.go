@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/inspect"
 	"github.com/dlock-go/dlock/internal/flightcache"
 )
 
@@ -281,7 +282,7 @@ func (f *FleetCollector) list() (fig *fleetFigures) {
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.maxTime)
 	defer cancel()
 	counts := map[groupKind]*groupFigures{}
-	st, err := f.client.Scan(ctx, dlock.ScanOptions{Match: f.cfg.match, MaxKeys: f.cfg.maxKeys, Brief: true}, func(infos []dlock.LockInfo) {
+	st, err := f.client.Scan(ctx, inspect.ScanOptions{Match: f.cfg.match, MaxKeys: f.cfg.maxKeys, Brief: true}, func(infos []inspect.LockInfo) {
 		for _, info := range infos {
 			k := groupKind{group: f.group(info.Name), kind: info.Kind}
 			g := counts[k]
@@ -315,7 +316,7 @@ func (f *FleetCollector) list() (fig *fleetFigures) {
 
 // holdersOf is the holders of a held name: its readers, its permits, or its
 // one holder.
-func holdersOf(info dlock.LockInfo) int {
+func holdersOf(info inspect.LockInfo) int {
 	switch info.Kind {
 	case dlock.KindShared:
 		return len(info.Readers)

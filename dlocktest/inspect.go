@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/inspect"
 )
 
 // Inspect returns what the Locker holds for the lock name, as
@@ -20,18 +21,18 @@ import (
 // what is left of its wait). Key is empty: there is no Redis. A free name gives an *dlock.Error of
 // Op "inspect" matching dlock.ErrNotHeld; so does a name a ForceUnlock gave
 // to nobody.
-func (l *Locker) Inspect(ctx context.Context, name string) (dlock.LockInfo, error) {
+func (l *Locker) Inspect(ctx context.Context, name string) (inspect.LockInfo, error) {
 	if err := ctx.Err(); err != nil {
-		return dlock.LockInfo{}, opError("inspect", name, err)
+		return inspect.LockInfo{}, opError("inspect", name, err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
 	if e := l.sems[name]; e != nil && len(e.sem) > 0 {
-		i := dlock.LockInfo{Name: name, Kind: dlock.KindSemaphore, Permits: e.permits, Waiters: int64(len(e.waiters)), Queue: queueOf(e, now),
+		i := inspect.LockInfo{Name: name, Kind: dlock.KindSemaphore, Permits: e.permits, Waiters: int64(len(e.waiters)), Queue: queueOf(e, now),
 			TTL: l.busyTTL(e)}
 		for _, p := range e.sem {
-			i.Holders = append(i.Holders, dlock.PermitInfo{Owner: p.owner, Token: p.token, Fence: p.fence, Since: p.since,
+			i.Holders = append(i.Holders, inspect.PermitInfo{Owner: p.owner, Token: p.token, Fence: p.fence, Since: p.since,
 				Lease: p.ttl, TTL: p.leaseLeft(now)})
 			i.Fence = max(i.Fence, p.fence)
 			if i.Since.IsZero() || p.since.Before(i.Since) {
@@ -46,13 +47,13 @@ func (l *Locker) Inspect(ctx context.Context, name string) (dlock.LockInfo, erro
 	case e == nil:
 	case e.holder != nil:
 		h := e.holder
-		return dlock.LockInfo{Name: name, Kind: dlock.KindExclusive, Owner: h.owner, Token: h.token, Fence: h.fence,
+		return inspect.LockInfo{Name: name, Kind: dlock.KindExclusive, Owner: h.owner, Token: h.token, Fence: h.fence,
 			Since: h.since, Lease: h.ttl, TTL: h.leaseLeft(now), Waiters: int64(len(e.waiters)), Queue: queueOf(e, now)}, nil
 	case len(e.readers) > 0:
-		i := dlock.LockInfo{Name: name, Kind: dlock.KindShared, Token: "*readers", TTL: e.leaseLeft(now),
+		i := inspect.LockInfo{Name: name, Kind: dlock.KindShared, Token: "*readers", TTL: e.leaseLeft(now),
 			Waiters: int64(len(e.waiters)), Queue: queueOf(e, now)}
 		for _, r := range e.holders() {
-			i.Readers = append(i.Readers, dlock.ReaderInfo{Owner: r.owner, Token: r.token, Fence: r.fence, Since: r.since,
+			i.Readers = append(i.Readers, inspect.ReaderInfo{Owner: r.owner, Token: r.token, Fence: r.fence, Since: r.since,
 				Lease: r.ttl, TTL: r.leaseLeft(now)})
 			i.Fence = max(i.Fence, r.fence)
 			if i.Since.IsZero() || r.since.Before(i.Since) {
@@ -63,20 +64,20 @@ func (l *Locker) Inspect(ctx context.Context, name string) (dlock.LockInfo, erro
 	case !e.kept.IsZero():
 		// Released before its min hold: held by nobody until kept, as
 		// the Client's key with the token "min-hold".
-		return dlock.LockInfo{Name: name, Kind: dlock.KindExclusive, Token: "min-hold", TTL: e.kept.Sub(now),
+		return inspect.LockInfo{Name: name, Kind: dlock.KindExclusive, Token: "min-hold", TTL: e.kept.Sub(now),
 			Waiters: int64(len(e.waiters)), Queue: queueOf(e, now)}, nil
 	}
-	return dlock.LockInfo{}, opError("inspect", name, dlock.ErrNotHeld)
+	return inspect.LockInfo{}, opError("inspect", name, dlock.ErrNotHeld)
 }
 
 // maxQueueShown bounds LockInfo.Queue as the Client's Inspect does.
 const maxQueueShown = 100
 
 // queueOf lists the waiters of e in line, first first.
-func queueOf(e *entry, now time.Time) []dlock.WaiterInfo {
-	var q []dlock.WaiterInfo
+func queueOf(e *entry, now time.Time) []inspect.WaiterInfo {
+	var q []inspect.WaiterInfo
 	for _, w := range e.waiters[:min(len(e.waiters), maxQueueShown)] {
-		q = append(q, dlock.WaiterInfo{Owner: cmp.Or(w.settings.Owner, "dlocktest"), Shared: w.settings.Shared,
+		q = append(q, inspect.WaiterInfo{Owner: cmp.Or(w.settings.Owner, "dlocktest"), Shared: w.settings.Shared,
 			Alive: w.deadline.Sub(now)})
 	}
 	return q

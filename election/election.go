@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/inspect"
 )
 
 // ErrNoLeader: nobody leads the election now.
@@ -58,7 +59,7 @@ const campaignWait = time.Hour
 // an *dlock.Error matching dlock.ErrNotHeld when nobody holds it.
 // *dlock.Client and *dlocktest.Locker implement it.
 type Inspector interface {
-	Inspect(ctx context.Context, name string) (dlock.LockInfo, error)
+	Inspect(ctx context.Context, name string) (inspect.LockInfo, error)
 }
 
 // owner is implemented by Lockers that say what owner text they store

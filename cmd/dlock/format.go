@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockadmin"
+	"github.com/dlock-go/dlock/inspect"
 )
 
 // lockView is a lock as list and inspect show it in JSON: the admin API's
@@ -23,10 +24,10 @@ import (
 // dlockadmin.Waiter.
 type lockView = dlockadmin.Lock
 
-func viewOf(i dlock.LockInfo, now time.Time) lockView { return dlockadmin.LockOf(i, now) }
+func viewOf(i inspect.LockInfo, now time.Time) lockView { return dlockadmin.LockOf(i, now) }
 
 // ownerText is the OWNER column: the holder, or how many readers share it.
-func ownerText(i dlock.LockInfo) string {
+func ownerText(i inspect.LockInfo) string {
 	if i.Kind == dlock.KindShared {
 		return readersText(len(i.Readers))
 	}
@@ -42,7 +43,7 @@ func readersText(n int) string {
 
 // kindOf is the KIND column: LockInfo.Kind, the words of the JSON, the
 // admin page and the metrics (exclusive, shared, semaphore).
-func kindOf(i dlock.LockInfo) string { return i.Kind }
+func kindOf(i inspect.LockInfo) string { return i.Kind }
 
 // kindText is how a waiter's kind reads, in the same words.
 func kindText(shared bool) string {
@@ -67,7 +68,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // writeTable prints locks one a line, for list.
-func writeTable(w io.Writer, infos []dlock.LockInfo, now time.Time) error {
+func writeTable(w io.Writer, infos []inspect.LockInfo, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tKIND\tOWNER\tTOKEN\tFENCE\tAGE\tTTL\tWAITERS")
 	for _, i := range infos {
@@ -82,7 +83,7 @@ func writeTable(w io.Writer, infos []dlock.LockInfo, now time.Time) error {
 }
 
 // writeDetail prints one lock, for inspect and unlock.
-func writeDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
+func writeDetail(w io.Writer, i inspect.LockInfo, now time.Time) error {
 	switch i.Kind {
 	case dlock.KindSemaphore:
 		return writeSemDetail(w, i, now)
@@ -107,7 +108,7 @@ func writeDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
 
 // writeSharedDetail prints a read lock: no one holder, token or lease of
 // its own, but its readers, one a line, then its waiters.
-func writeSharedDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
+func writeSharedDetail(w io.Writer, i inspect.LockInfo, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
 	fmt.Fprintf(tw, "name:\t%s\n", safe(i.Name))
 	fmt.Fprintf(tw, "kind:\t%s\n", i.Kind)
@@ -134,7 +135,7 @@ func writeSharedDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
 
 // writeSemDetail prints a semaphore: its permits, one a line, then its
 // waiters.
-func writeSemDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
+func writeSemDetail(w io.Writer, i inspect.LockInfo, now time.Time) error {
 	fmt.Fprintf(w, "name:    %s (semaphore, %d of %d permits held)\nkey:     %s\nwaiters: %d\n",
 		safe(i.Name), len(i.Holders), i.Permits, safe(i.Key), i.Waiters)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -151,7 +152,7 @@ func writeSemDetail(w io.Writer, i dlock.LockInfo, now time.Time) error {
 
 // writeQueue prints the live waiters in line, first first, with their
 // owners.
-func writeQueue(w io.Writer, q []dlock.WaiterInfo) error {
+func writeQueue(w io.Writer, q []inspect.WaiterInfo) error {
 	if len(q) == 0 {
 		return nil
 	}

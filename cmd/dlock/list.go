@@ -6,9 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/inspect"
 	"github.com/spf13/cobra"
-
-	"github.com/dlock-go/dlock"
 )
 
 func newListCmd(a *app) *cobra.Command {
@@ -40,7 +39,7 @@ it takes a while. The whole token is never shown.`,
 			if err != nil {
 				return err
 			}
-			slices.SortFunc(infos, func(x, y dlock.LockInfo) int { return strings.Compare(x.Name, y.Name) })
+			slices.SortFunc(infos, func(x, y inspect.LockInfo) int { return strings.Compare(x.Name, y.Name) })
 			now := time.Now()
 			if output == "json" {
 				views := make([]lockView, 0, len(infos))

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/inspect"
 	"github.com/dlock-go/dlock/internal/node"
 )
 
@@ -176,7 +177,7 @@ func globEscape(s string) string {
 // watchState is what a change is: who holds the lock with which fence and
 // token, and who waits in which order; not the ages and leases left, which
 // change at every poll.
-func watchState(i dlock.LockInfo, held bool) string {
+func watchState(i inspect.LockInfo, held bool) string {
 	if !held {
 		return "free"
 	}
@@ -194,7 +195,7 @@ func watchState(i dlock.LockInfo, held bool) string {
 	return b.String()
 }
 
-func writeWatchLine(w io.Writer, name string, i dlock.LockInfo, held bool, output string, now time.Time) error {
+func writeWatchLine(w io.Writer, name string, i inspect.LockInfo, held bool, output string, now time.Time) error {
 	if output == "json" {
 		ev := watchEvent{Time: now, Name: name, Held: held}
 		if held {
@@ -213,7 +214,7 @@ func writeWatchLine(w io.Writer, name string, i dlock.LockInfo, held bool, outpu
 }
 
 // watchText is the state part of a text line.
-func watchText(i dlock.LockInfo, held bool) string {
+func watchText(i inspect.LockInfo, held bool) string {
 	if !held {
 		return "free"
 	}
