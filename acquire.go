@@ -100,7 +100,7 @@ func (c *Client) acquired(ctx context.Context, name string, start time.Time, l *
 	case err != nil:
 		return nil, err
 	case ac.reentrant:
-		return Reentrant(l, AcquireSettings{Shared: ac.shared, Permits: ac.permits}), nil
+		return reentrantOf(l, ac.shared, ac.permits), nil
 	}
 	return l, nil
 }
@@ -153,7 +153,7 @@ func (c *Client) acquire(ctx context.Context, name string, ac acquireConfig) (*r
 // prepare validates the name and options before anything is sent. nested
 // is a handle on a lock the context holds, for WithReentry.
 func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption) (ac acquireConfig, nested Lock, err error) {
-	ac, err = readAcquire(name, TTLBounds{Default: c.cfg.defaultTTL, Min: c.cfg.minTTL, Max: c.cfg.maxTTL}, opts)
+	ac, err = readAcquire(name, ttlBounds{Default: c.cfg.defaultTTL, Min: c.cfg.minTTL, Max: c.cfg.maxTTL}, opts)
 	if err == nil {
 		err = c.checkReplicaWait(ac)
 	}
@@ -164,16 +164,16 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 		return ac, nil, opError("acquire", name, err)
 	}
 	if ac.reentrant {
-		nested, err = Reenter(ctx, name, AcquireSettings{Shared: ac.shared, Permits: ac.permits}, c.owns)
+		nested, err = reenter(ctx, name, ac.shared, ac.permits, c.owns)
 		return ac, nested, err
 	}
-	return ac, nil, CheckReentry(ctx, name, c.owns)
+	return ac, nil, checkReentry(ctx, name, c.owns)
 }
 
 // readAcquire applies opts over the defaults and checks them and the name:
-// the rules every Locker applies (ReadAcquireOptions). The TTL is rounded
+// the rules every Locker applies (lockerkit.ReadAcquireOptions). The TTL is rounded
 // down to whole ms, and cut to the hold limit.
-func readAcquire(name string, b TTLBounds, opts []AcquireOption) (acquireConfig, error) {
+func readAcquire(name string, b ttlBounds, opts []AcquireOption) (acquireConfig, error) {
 	ac := acquireConfig{ttl: b.Default, wait: DefaultWait, renew: true}
 	for _, o := range opts {
 		o.applyAcquire(&ac)
@@ -462,7 +462,7 @@ func (b busyInfo) notObtained(name string) *NotObtainedError {
 	return e
 }
 
-// owns reports whether l is one of c's locks (for CheckReentry).
+// owns reports whether l is one of c's locks (for checkReentry).
 func (c *Client) owns(l Lock) bool {
 	r, ok := l.(*redisLock)
 	return ok && r != nil && r.c == c

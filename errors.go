@@ -63,7 +63,7 @@ var (
 	ErrWrongType = errors.New("dlock: key holds a value of another type")
 
 	// ErrReentrant: the caller's context already holds the lock it asked
-	// for (see CheckReentry). Nothing was sent to Redis; the lock it holds
+	// for (see lockerkit.CheckReentry). Nothing was sent to Redis; the lock it holds
 	// is unchanged. dlock locks are not re-entrant: acquire once, at the
 	// outermost layer, and pass the lock (or its context) down.
 	ErrReentrant = errors.New("dlock: already held by this caller")

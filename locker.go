@@ -104,17 +104,9 @@ func DetachContext(ctx context.Context) context.Context {
 	return context.WithValue(ctx, lockKey{}, (*ctxLock)(nil))
 }
 
-// CheckReentry refuses to acquire name for a caller that holds it already:
-// when ctx carries a lock of that name (alone, or as a member of a
-// MultiLock) that is still held and that mine says is of this Locker, it returns an *Error of Op "acquire" matching
-// ErrReentrant, at once. Waiting would be a self-deadlock: the lock is
-// never released while its holder waits for it, and the wait would end in
-// a misleading "held by another owner". Every Locker calls it before it
-// sends anything; Lockers outside this package pass their own mine, which
-// must be nil-safe. The check is by context, Go having no goroutine
-// identity: a goroutine that should wait for the holder instead starts from
-// DetachContext.
-func CheckReentry(ctx context.Context, name string, mine func(Lock) bool) error {
+// checkReentry refuses to acquire name for a caller that holds it already
+// (lockerkit.CheckReentry outside this package, which documents it).
+func checkReentry(ctx context.Context, name string, mine func(Lock) bool) error {
 	for c, _ := ctx.Value(lockKey{}).(*ctxLock); c != nil; c = c.outer {
 		// A MultiLock holds each of its names: each member is checked.
 		for _, m := range members(c.l) {

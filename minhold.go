@@ -41,7 +41,7 @@ func WithMinHold(d time.Duration) AcquireOption {
 
 // checkMinHold enforces WithMinHold's bounds, after the TTL was checked. It
 // rounds the min hold down to whole ms, as Redis counts them.
-func (ac *acquireConfig) checkMinHold(b TTLBounds) error {
+func (ac *acquireConfig) checkMinHold(b ttlBounds) error {
 	if ac.minHold == 0 {
 		return nil
 	}

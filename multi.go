@@ -11,7 +11,7 @@ import (
 
 // MultiLock is several names held together, as AcquireAll took them: all of
 // them or none. It is a Lock, so Run, Do-style helpers and the context
-// (NewContext, FromContext, CheckReentry) take it as they take one lock.
+// (NewContext, FromContext, lockerkit.CheckReentry) take it as they take one lock.
 //
 // It is not an atomic grant: each name is its own lock in Redis with its own
 // lease, fence, renewal and FIFO queue, taken one after the other in a

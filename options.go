@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/kit"
 	"github.com/dlock-go/dlock/internal/node"
 )
 
@@ -25,6 +26,11 @@ const (
 	DefaultWait = 10 * time.Second
 	// MaxNameLength is the longest lock name, in bytes.
 	MaxNameLength = 512
+	// MaxPermits is the largest n WithPermits accepts. Each script of a
+	// semaphore may walk every permit (purging expired ones, handing freed
+	// ones on), so n bounds the work one Redis call can do while the server
+	// runs nothing else.
+	MaxPermits = 10000
 	// DefaultReleaseTimeout bounds a release. Release runs on a context of
 	// its own, because the caller's is often already cancelled when the
 	// deferred release runs, and the lock must still be let go.
@@ -279,58 +285,9 @@ func checkTTL(d, lo, hi time.Duration) error {
 	return nil
 }
 
-// TTLBounds are a Locker's default TTL and the smallest and largest it
-// accepts, for ReadAcquireOptions.
-type TTLBounds struct{ Default, Min, Max time.Duration }
-
-// Check reports an error matching ErrInvalidTTL when ttl is not positive or
-// outside [b.Min, b.Max], as Refresh does.
-func (b TTLBounds) Check(ttl time.Duration) error { return checkTTL(ttl, b.Min, b.Max) }
-
-// DefaultTTLBounds are a Client's bounds without options.
-var DefaultTTLBounds = TTLBounds{Default: DefaultTTL, Min: DefaultMinTTL, Max: DefaultMaxTTL}
-
-// AcquireSettings is what a list of AcquireOptions asks of one acquisition,
-// read by ReadAcquireOptions.
-type AcquireSettings struct {
-	TTL     time.Duration // WithTTL, or the Locker's default; whole ms, at most MaxHold
-	Wait    time.Duration // WithWait, or DefaultWait
-	Renew   bool          // false after WithoutRenewal
-	MaxHold time.Duration // WithMaxHold; 0: no limit
-	MinHold time.Duration // WithMinHold; 0: none
-	// Replicas and ReplicaTimeout are WithReplicas'; 0 without it.
-	Replicas       int
-	ReplicaTimeout time.Duration
-	// Reentrant is WithReentry's: see Reenter and Reentrant.
-	Reentrant bool
-	// HoldWarning is when a hold is reported as long: WithHoldWarning's, or
-	// DefaultHoldWarningTTLs times the TTL; 0: never.
-	HoldWarning time.Duration
-	// Owner is WithOwner's text; "" means the Locker's own.
-	Owner string
-	// Shared is WithShared's: a read lock. A Locker without read locks
-	// refuses it with ErrInvalidOption; SkipWriters is WithoutWriterPriority's.
-	Shared, SkipWriters bool
-	// Permits is WithPermits' n: the acquisition takes one of n permits of the
-	// name. 0 for an exclusive lock. A Locker without semaphores refuses a
-	// non-zero value with ErrInvalidOption.
-	Permits int
-}
-
-// ReadAcquireOptions applies opts and checks them and name by the rules
-// Client applies, with the TTL bounds b. It is for Lockers outside this
-// package (redlock, dlocktest, a user's own), so that every Locker refuses
-// the same input with the same errors: an *Error of Op "acquire" matching
-// ErrInvalidName, ErrInvalidTTL or ErrInvalidOption.
-func ReadAcquireOptions(name string, b TTLBounds, opts ...AcquireOption) (AcquireSettings, error) {
-	ac, err := readAcquire(name, b, opts)
-	if err != nil {
-		return AcquireSettings{}, opError("acquire", name, err)
-	}
-	return AcquireSettings{TTL: ac.ttl, Wait: ac.wait, Renew: ac.renew, MaxHold: ac.maxHold, MinHold: ac.minHold,
-		Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, Reentrant: ac.reentrant, HoldWarning: ac.holdWarn,
-		Owner: ac.owner, Shared: ac.shared, SkipWriters: ac.skipWriters, Permits: ac.permits}, nil
-}
+// ttlBounds are a Locker's default TTL and the smallest and largest it
+// accepts (lockerkit.TTLBounds outside this package).
+type ttlBounds = kit.Bounds
 
 // checkName refuses names Redis would take but no user means: the empty
 // name, and names longer than MaxNameLength.

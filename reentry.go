@@ -14,7 +14,7 @@ import (
 // (NewContext, Run), and a nested acquisition that finds it there shares it
 // instead of waiting for itself. It lives outside every Locker's protocol:
 // nothing of it reaches Redis, and the Redis Client, redlock and dlocktest
-// share this one implementation through Reenter and Reentrant.
+// share this one implementation (lockerkit.Reenter and lockerkit.Reentrant).
 
 // reentry is one lock shared by its handles: the acquisition that took it
 // and every nested acquisition since. It is released with the last handle.
@@ -39,28 +39,23 @@ type reentrantLock struct {
 	released atomic.Bool
 }
 
-// Reentrant makes l, just acquired with WithReentry and the settings s,
-// the first handle of a re-entrant lock, for Lockers outside this package:
-// a nested acquisition finds it in the context (Reenter) and shares it, and
-// l is released when the last handle is. A nil l stays nil.
-func Reentrant(l Lock, s AcquireSettings) Lock {
+// reentrantOf makes l, just acquired with WithReentry as a lock of the kind
+// shared/permits, the first handle of a re-entrant lock (lockerkit.Reentrant
+// outside this package): a nested acquisition finds it in the context
+// (reenter) and shares it, and l is released when the last handle is. A nil
+// l stays nil.
+func reentrantOf(l Lock, shared bool, permits int) Lock {
 	if l == nil {
 		return nil
 	}
-	r := &reentry{lock: l, shared: s.Shared, permits: s.Permits}
+	r := &reentry{lock: l, shared: shared, permits: permits}
 	return r.handle()
 }
 
-// Reenter is how an acquisition with WithReentry and the settings s looks
-// for a lock its context holds, for Lockers outside this package (mine as
-// for CheckReentry). It returns a new handle on the held lock when ctx holds
-// name through one of the Locker's locks taken with WithReentry, of a kind
-// that covers s; an error matching ErrReentrant when ctx holds it through
-// one taken without WithReentry, or of a kind that does not cover s (a
-// write under a read lock, a lock under a permit, another number of
-// permits); and nil, nil when ctx does not hold name: then the caller
-// acquires it, and wraps the lock with Reentrant.
-func Reenter(ctx context.Context, name string, s AcquireSettings, mine func(Lock) bool) (Lock, error) {
+// reenter is how an acquisition with WithReentry of the kind shared/permits
+// looks for a lock its context holds (lockerkit.Reenter outside this
+// package, which documents it; mine as for checkReentry).
+func reenter(ctx context.Context, name string, shared bool, permits int, mine func(Lock) bool) (Lock, error) {
 	for c, _ := ctx.Value(lockKey{}).(*ctxLock); c != nil; c = c.outer {
 		for _, m := range members(c.l) { // a MultiLock holds each of its names
 			h, shared := m.(*reentrantLock)
@@ -75,7 +70,7 @@ func Reenter(ctx context.Context, name string, s AcquireSettings, mine func(Lock
 				return nil, reentrant(name, inner,
 					"it was taken without WithReentry, and re-entry needs the consent of both acquisitions")
 			}
-			if why := h.r.covers(s); why != "" {
+			if why := h.r.covers(shared, permits); why != "" {
 				return nil, reentrant(name, inner, why)
 			}
 			if nested := h.r.handle(); nested != nil {
@@ -89,11 +84,11 @@ func Reenter(ctx context.Context, name string, s AcquireSettings, mine func(Lock
 // covers says why a nested acquisition with s cannot share r, or "" when it
 // can: a read may share a write lock (the writer excludes everyone), but a
 // write may not share a read lock, and a permit is neither.
-func (r *reentry) covers(s AcquireSettings) string {
+func (r *reentry) covers(shared bool, permits int) string {
 	switch {
-	case r.permits != s.Permits:
-		return fmt.Sprintf("it holds WithPermits(%d) and this acquisition asks WithPermits(%d); re-entry shares only the same kind", r.permits, s.Permits)
-	case r.shared && !s.Shared:
+	case r.permits != permits:
+		return fmt.Sprintf("it holds WithPermits(%d) and this acquisition asks WithPermits(%d); re-entry shares only the same kind", r.permits, permits)
+	case r.shared && !shared:
 		return "it holds a read lock (WithShared), and a nested write acquisition would write beside other readers"
 	}
 	return ""

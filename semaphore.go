@@ -6,11 +6,6 @@ import (
 	"github.com/dlock-go/dlock/internal/node"
 )
 
-// MaxPermits is the largest n Permits accepts. Each script of a semaphore
-// may walk every permit (purging expired ones, handing freed ones on), so n
-// bounds the work one Redis call can do while the server runs nothing else.
-const MaxPermits = 10000
-
 // Permits makes the acquisition take one of n permits of the name: a
 // counting semaphore. Up to n holders hold the name at once; the n+1st waits
 // (or TryAcquire reports ErrNotObtained) until a permit comes back.

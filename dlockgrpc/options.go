@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/lockerkit"
 )
 
 // An Option configures an interceptor.
@@ -99,11 +100,11 @@ func (c *config) check() error {
 	}
 	// The acquire options, as far as they can be judged without the
 	// Locker's TTL bounds: a negative wait would fail every call.
-	if _, err := dlock.ReadAcquireOptions("dlockgrpc", anyTTL, c.acquire...); err != nil {
+	if _, err := lockerkit.ReadAcquireOptions("dlockgrpc", anyTTL, c.acquire...); err != nil {
 		return fmt.Errorf("dlockgrpc: WithAcquireOptions: %w", errors.Unwrap(err)) // the *dlock.Error names a lock there is none of
 	}
 	return nil
 }
 
 // anyTTL accepts every positive TTL: the Locker applies its own bounds.
-var anyTTL = dlock.TTLBounds{Default: time.Second, Min: time.Nanosecond, Max: math.MaxInt64}
+var anyTTL = lockerkit.TTLBounds{Default: time.Second, Min: time.Nanosecond, Max: math.MaxInt64}

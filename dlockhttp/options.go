@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/lockerkit"
 )
 
 // An Option configures a Middleware.
@@ -177,11 +178,11 @@ func (c *config) check() error {
 	}
 	// The acquire options, as far as they can be judged without the
 	// Locker's TTL bounds: a negative wait would fail every request.
-	if _, err := dlock.ReadAcquireOptions("dlockhttp", anyTTL, c.acquire...); err != nil {
+	if _, err := lockerkit.ReadAcquireOptions("dlockhttp", anyTTL, c.acquire...); err != nil {
 		return fmt.Errorf("dlockhttp: WithAcquireOptions: %w", errors.Unwrap(err)) // the *dlock.Error names a lock there is none of
 	}
 	return nil
 }
 
 // anyTTL accepts every positive TTL: the Locker applies its own bounds.
-var anyTTL = dlock.TTLBounds{Default: time.Second, Min: time.Nanosecond, Max: math.MaxInt64}
+var anyTTL = lockerkit.TTLBounds{Default: time.Second, Min: time.Nanosecond, Max: math.MaxInt64}

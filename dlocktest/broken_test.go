@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/lockerkit"
 )
 
 // brokenEnv names the promise a helper process breaks.
@@ -47,7 +48,7 @@ func (b *brokenLocker) Acquire(ctx context.Context, name string, opts ...dlock.A
 
 // opts lets every reader skip waiting writers in the writers-starve variant.
 func (b *brokenLocker) opts(name string, opts []dlock.AcquireOption) []dlock.AcquireOption {
-	if s, err := dlock.ReadAcquireOptions(name, dlock.DefaultTTLBounds, opts...); b.variant == "writers-starve" && err == nil && s.Shared {
+	if s, err := lockerkit.ReadAcquireOptions(name, lockerkit.DefaultTTLBounds, opts...); b.variant == "writers-starve" && err == nil && s.Shared {
 		return append(opts, dlock.WithoutWriterPriority())
 	}
 	return opts

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/lockerkit"
 )
 
 // Harness tells Conformance how to drive one implementation of
@@ -37,8 +38,8 @@ type Harness struct {
 	Waiters func(l dlock.Locker, name string) int
 
 	// Bounds are the Locker's TTL bounds, for the tests of invalid TTLs.
-	// Zero means dlock.DefaultTTLBounds.
-	Bounds dlock.TTLBounds
+	// Zero means lockerkit.DefaultTTLBounds.
+	Bounds lockerkit.TTLBounds
 
 	// TTL is the lease of the suite's locks; zero means 500ms. A renewed
 	// lock must survive scheduling delays of a third of it, so keep it at
@@ -95,8 +96,8 @@ func Conformance(t *testing.T, h Harness) {
 		t.Fatal("dlocktest.Conformance: Harness.New and Harness.Expire are required")
 	}
 	s := &suite{h: h, bounds: h.Bounds, ttl: h.TTL, patience: h.Patience}
-	if s.bounds == (dlock.TTLBounds{}) {
-		s.bounds = dlock.DefaultTTLBounds
+	if s.bounds == (lockerkit.TTLBounds{}) {
+		s.bounds = lockerkit.DefaultTTLBounds
 	}
 	if s.ttl == 0 {
 		s.ttl = 500 * time.Millisecond
@@ -130,7 +131,7 @@ type conformanceTest struct {
 
 type suite struct {
 	h             Harness
-	bounds        dlock.TTLBounds
+	bounds        lockerkit.TTLBounds
 	ttl, patience time.Duration
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/lockerkit"
 )
 
 // Locker is an in-memory dlock.Locker with the semantics of *dlock.Client:
@@ -26,7 +27,7 @@ import (
 // a service sharing one Redis.
 type Locker struct {
 	clock  Clock
-	bounds dlock.TTLBounds
+	bounds lockerkit.TTLBounds
 
 	// mu guards everything below and the state of every lock and waiter of
 	// this Locker: one mutex, so there is no lock order to get wrong. It is
@@ -60,7 +61,7 @@ type entry struct {
 // caller's context, Close.
 type waiter struct {
 	ctx      context.Context
-	settings dlock.AcquireSettings
+	settings lockerkit.AcquireSettings
 	deadline time.Time     // the wait limit, on the clock
 	stop     func() bool   // the wait limit's timer
 	done     chan struct{} // closed once decided
@@ -75,7 +76,7 @@ var _ dlock.Locker = (*Locker)(nil)
 // dlock.ErrInvalidOption or dlock.ErrInvalidTTL, an *dlock.Error of Op
 // "new", as dlock.New does.
 func New(opts ...Option) (*Locker, error) {
-	cfg := config{clock: realClock{}, bounds: dlock.DefaultTTLBounds}
+	cfg := config{clock: realClock{}, bounds: lockerkit.DefaultTTLBounds}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -103,7 +104,7 @@ func MustNew(opts ...Option) *Locker {
 // (*dlock.Client).TryAcquire does: when another holder has it, the error
 // matches dlock.ErrNotObtained and is a *dlock.NotObtainedError whose
 // HolderTTL is what is left of the holder's lease. Invalid input gives the
-// Client's errors (dlock.ReadAcquireOptions), checked before the lock is
+// Client's errors (lockerkit.ReadAcquireOptions), checked before the lock is
 // looked at; then come a closed Locker (dlock.ErrClosed) and a context that
 // has already ended (its error). On error the Lock is nil.
 //
@@ -138,7 +139,7 @@ func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 }
 
 func (l *Locker) acquire(ctx context.Context, name string, opts []dlock.AcquireOption, wait bool) (dlock.Lock, error) {
-	s, err := dlock.ReadAcquireOptions(name, l.bounds, opts...)
+	s, err := lockerkit.ReadAcquireOptions(name, l.bounds, opts...)
 	switch {
 	case err != nil:
 	case s.Reentrant:
@@ -147,24 +148,24 @@ func (l *Locker) acquire(ctx context.Context, name string, opts []dlock.AcquireO
 			break
 		}
 		var nested dlock.Lock
-		if nested, err = dlock.Reenter(ctx, name, s, l.owns); nested != nil {
+		if nested, err = lockerkit.Reenter(ctx, name, s, l.owns); nested != nil {
 			return nested, nil
 		}
 	default:
-		err = dlock.CheckReentry(ctx, name, l.owns)
+		err = lockerkit.CheckReentry(ctx, name, l.owns)
 	}
 	if err != nil {
 		return nil, err
 	}
 	lk, err := l.take(ctx, name, s, wait)
 	if err == nil && s.Reentrant {
-		return dlock.Reentrant(lk, s), nil
+		return lockerkit.Reentrant(lk, s), nil
 	}
 	return lk, err
 }
 
 // take grants name now, or waits for it when wait allows.
-func (l *Locker) take(ctx context.Context, name string, s dlock.AcquireSettings, wait bool) (dlock.Lock, error) {
+func (l *Locker) take(ctx context.Context, name string, s lockerkit.AcquireSettings, wait bool) (dlock.Lock, error) {
 	l.mu.Lock()
 	switch {
 	case l.closed:
@@ -220,7 +221,7 @@ func (l *Locker) take(ctx context.Context, name string, s dlock.AcquireSettings,
 
 // grant makes a Lock of name for the caller whose context is ctx, and makes
 // it the name's holder. l.mu must be held.
-func (l *Locker) grant(ctx context.Context, name string, s dlock.AcquireSettings) *lock {
+func (l *Locker) grant(ctx context.Context, name string, s lockerkit.AcquireSettings) *lock {
 	now := l.clock.Now()
 	l.fences[name]++
 	lk := &lock{l: l, name: name, token: newToken(s.Shared), fence: l.fences[name], renew: s.Renew, shared: s.Shared,
@@ -450,11 +451,11 @@ func opError(op, name string, err error) error {
 }
 
 // busy is the error of a name held by another, as the Client gives it.
-func (l *Locker) busy(name string, e *entry, s dlock.AcquireSettings, cause error) error {
+func (l *Locker) busy(name string, e *entry, s lockerkit.AcquireSettings, cause error) error {
 	if e == nil {
-		return opError("acquire", name, dlock.NewNotObtainedError(name, 0, cause))
+		return opError("acquire", name, lockerkit.NewNotObtainedError(name, 0, cause))
 	}
-	ne := dlock.NewNotObtainedError(name, l.busyTTL(e), cause)
+	ne := lockerkit.NewNotObtainedError(name, l.busyTTL(e), cause)
 	// Who holds it, as the Client's busy error says (the waiters in line
 	// counting this one, as Redis' queue would).
 	ne.Waiters = int64(len(e.waiters))
@@ -475,7 +476,7 @@ func (l *Locker) busy(name string, e *entry, s dlock.AcquireSettings, cause erro
 	return opError("acquire", name, ne)
 }
 
-// owns reports whether x is one of l's locks (for dlock.CheckReentry).
+// owns reports whether x is one of l's locks (for lockerkit.CheckReentry).
 func (l *Locker) owns(x dlock.Lock) bool {
 	lk, ok := x.(*lock)
 	return ok && lk != nil && lk.l == l

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/lockerkit"
 )
 
 // An Option configures a Locker. Options are applied in order by New.
@@ -16,7 +17,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	clock  Clock
-	bounds dlock.TTLBounds
+	bounds lockerkit.TTLBounds
 	err    error // the first invalid option, returned by New
 }
 

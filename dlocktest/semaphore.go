@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/lockerkit"
 )
 
 // semPrefix starts a permit's token, as the Client's.
@@ -23,7 +24,7 @@ const semPrefix = "S"
 
 // tryPermit takes a permit of name if one is free, or returns the entry to
 // wait in, or a mismatch. l.mu must be held.
-func (l *Locker) tryPermit(ctx context.Context, name string, s dlock.AcquireSettings) (*entry, *lock, error) {
+func (l *Locker) tryPermit(ctx context.Context, name string, s lockerkit.AcquireSettings) (*entry, *lock, error) {
 	if x := l.names[name]; x != nil && (x.held() || !x.kept.IsZero()) { // kept for a min hold: the key is still there
 		return nil, nil, opError("acquire", name, fmt.Errorf("%w: WithPermits(%d) asked, but the name is held as an exclusive lock", dlock.ErrMismatch, s.Permits))
 	}
@@ -43,7 +44,7 @@ func (l *Locker) tryPermit(ctx context.Context, name string, s dlock.AcquireSett
 
 // permitsHeld is the refusal of a lock or read lock of name while permits
 // of it are held, or nil. l.mu must be held.
-func (l *Locker) permitsHeld(name string, s dlock.AcquireSettings) error {
+func (l *Locker) permitsHeld(name string, s lockerkit.AcquireSettings) error {
 	e := l.sems[name]
 	if e == nil || len(e.sem) == 0 {
 		return nil

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/lockerkit"
 )
 
 // Read locks (dlock.Shared), as the Client's scripts have them: readers
@@ -16,7 +16,7 @@ import (
 // admits reports whether an acquisition with s may take the name now
 // without waiting: only a reader, while readers hold it and no writer waits
 // (or it skips them). Locker.mu must be held.
-func (e *entry) admits(s dlock.AcquireSettings) bool {
+func (e *entry) admits(s lockerkit.AcquireSettings) bool {
 	if !s.Shared || e.holder != nil || len(e.readers) == 0 {
 		return false
 	}

@@ -41,6 +41,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/inspect"
+	"github.com/dlock-go/dlock/lockerkit"
 )
 
 // ErrNoLeader: nobody leads the election now.
@@ -151,7 +152,7 @@ func New(locker dlock.Locker, name string, opts ...Option) (*Election, error) {
 		cfg.fail(fmt.Errorf("%w: nil Locker", dlock.ErrInvalidOption))
 	}
 	// The Locker's rules for names, before anything is sent.
-	if _, err := dlock.ReadAcquireOptions(name, dlock.DefaultTTLBounds); err != nil {
+	if _, err := lockerkit.ReadAcquireOptions(name, lockerkit.DefaultTTLBounds); err != nil {
 		cfg.err = errors.Unwrap(err) // the name's error first: it is what New names
 	}
 	if cfg.err != nil {

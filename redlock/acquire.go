@@ -17,6 +17,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/node"
+	"github.com/dlock-go/dlock/lockerkit"
 	"github.com/dlock-go/dlock/observe"
 )
 
@@ -30,7 +31,7 @@ import (
 // quorum is reached or out of reach, without waiting for slow nodes, and
 // when ctx ends.
 //
-// Options are read as a Client reads them (dlock.ReadAcquireOptions, with
+// Options are read as a Client reads them (lockerkit.ReadAcquireOptions, with
 // the Redlock's TTL bounds): dlock.WithTTL, dlock.WithWait and
 // dlock.WithoutRenewal apply; dlock.WithMaxHold, dlock.WithMinHold,
 // dlock.WithReplicas and dlock.Shared are refused with dlock.ErrInvalidOption.
@@ -110,7 +111,7 @@ func (r *Redlock) acquired(ctx context.Context, name string, start time.Time, l 
 	case err != nil:
 		return nil, err
 	case reentrant:
-		return dlock.Reentrant(l, dlock.AcquireSettings{}), nil // redlock takes only exclusive locks
+		return lockerkit.Reentrant(l, lockerkit.AcquireSettings{}), nil // redlock takes only exclusive locks
 	}
 	return l, nil
 }
@@ -118,8 +119,8 @@ func (r *Redlock) acquired(ctx context.Context, name string, start time.Time, l 
 // settings reads and checks the options and the name before anything is
 // sent, by the core's rules, and refuses what a Redlock cannot keep. nested
 // is a handle on a lock the context holds, for dlock.WithReentry.
-func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.AcquireOption) (dlock.AcquireSettings, dlock.Lock, error) {
-	s, err := dlock.ReadAcquireOptions(name, r.cfg.bounds, opts...)
+func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.AcquireOption) (lockerkit.AcquireSettings, dlock.Lock, error) {
+	s, err := lockerkit.ReadAcquireOptions(name, r.cfg.bounds, opts...)
 	if err != nil {
 		return s, nil, err
 	}
@@ -153,13 +154,13 @@ func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.Acquir
 		return s, nil, opError("acquire", name, err)
 	}
 	if s.Reentrant {
-		nested, err := dlock.Reenter(ctx, name, s, r.owns)
+		nested, err := lockerkit.Reenter(ctx, name, s, r.owns)
 		return s, nested, err
 	}
-	return s, nil, dlock.CheckReentry(ctx, name, r.owns)
+	return s, nil, lockerkit.CheckReentry(ctx, name, r.owns)
 }
 
-// owns reports whether l is one of r's locks (for dlock.CheckReentry).
+// owns reports whether l is one of r's locks (for lockerkit.CheckReentry).
 func (r *Redlock) owns(l dlock.Lock) bool {
 	m, ok := l.(*Lock)
 	return ok && m != nil && m.r == r
@@ -167,7 +168,7 @@ func (r *Redlock) owns(l dlock.Lock) bool {
 
 // acquire is Acquire after its options were read. It reports whether the
 // wait limit ended the wait.
-func (r *Redlock) acquire(ctx context.Context, name string, s dlock.AcquireSettings) (*Lock, bool, error) {
+func (r *Redlock) acquire(ctx context.Context, name string, s lockerkit.AcquireSettings) (*Lock, bool, error) {
 	// The first attempt runs on ctx: WithWait(0) makes Acquire a single
 	// attempt, like TryAcquire, not a wait over before it began.
 	// The slower nodes of every attempt of the wait tell late what no wait
@@ -243,7 +244,7 @@ func (r *Redlock) gaveUp(ctx context.Context, name string, holder time.Duration,
 	if r.isClosed() {
 		return nil, false, opError("acquire", name, dlock.ErrClosed)
 	}
-	e := dlock.NewNotObtainedError(name, holder, ctx.Err())
+	e := lockerkit.NewNotObtainedError(name, holder, ctx.Err())
 	if outage != nil {
 		e.DuringOutage(outage, time.Since(since))
 	}
@@ -333,7 +334,7 @@ func (t *tally) decided() bool { return t.got >= t.quorum || t.failed > t.nodes-
 // node down, its error often comes first.
 func (t *tally) failure(name string, left time.Duration) error {
 	if errs := t.failed - t.busy; t.busy > 0 && t.nodes-errs >= t.quorum {
-		return opError("acquire", name, dlock.NewNotObtainedError(name, t.holder, nil))
+		return opError("acquire", name, lockerkit.NewNotObtainedError(name, t.holder, nil))
 	}
 	err := fmt.Errorf("%w: %d of %d nodes granted the lock, %d needed (validity left %v)",
 		ErrNoQuorum, t.got, t.nodes, t.quorum, left.Round(time.Millisecond))
@@ -360,7 +361,7 @@ func (e *lastingError) Unwrap() error { return e.error }
 // A failed attempt's replies still out are collected in the background; if
 // they leave too few nodes that can grant at all, the lastingError is sent
 // on late (when not nil, without blocking: one is enough).
-func (r *Redlock) try(ctx context.Context, name string, s dlock.AcquireSettings, late chan<- error) (*Lock, time.Duration, error) {
+func (r *Redlock) try(ctx context.Context, name string, s lockerkit.AcquireSettings, late chan<- error) (*Lock, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, opError("acquire", name, err) // nothing sent
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/node"
+	"github.com/dlock-go/dlock/lockerkit"
 	"github.com/dlock-go/dlock/observe"
 )
 
@@ -63,7 +64,7 @@ type Lock struct {
 	entry    lease.Entry   // the lock's place in the Redlock's renewer
 }
 
-func (r *Redlock) newLock(ctx context.Context, name string, k node.Keys, token string, s dlock.AcquireSettings,
+func (r *Redlock) newLock(ctx context.Context, name string, k node.Keys, token string, s lockerkit.AcquireSettings,
 	start, valid time.Time, fences []int64, fence int64) *Lock {
 	l := &Lock{r: r, name: name, keys: k, token: token, start: start, renew: s.Renew, fence: fence, owner: cmp.Or(s.Owner, r.cfg.owner),
 		fences: fences, valid: valid, served: start.Add(s.TTL), ttl: s.TTL}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/node"
+	"github.com/dlock-go/dlock/lockerkit"
 	"github.com/dlock-go/dlock/observe"
 )
 
@@ -29,7 +30,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	prefix         string
 	owner          string
-	bounds         dlock.TTLBounds
+	bounds         lockerkit.TTLBounds
 	releaseTimeout time.Duration
 	fenceLifetime  time.Duration
 	observers      []observe.Observer
@@ -41,7 +42,7 @@ func defaultConfig() config {
 	return config{
 		prefix:         dlock.DefaultPrefix,
 		owner:          host + "/" + strconv.Itoa(os.Getpid()),
-		bounds:         dlock.DefaultTTLBounds,
+		bounds:         lockerkit.DefaultTTLBounds,
 		releaseTimeout: dlock.DefaultReleaseTimeout,
 		fenceLifetime:  dlock.DefaultFenceLifetime,
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/lockerkit"
 )
 
 func TestExitCode(t *testing.T) {
@@ -28,7 +29,7 @@ func TestExitCode(t *testing.T) {
 		{"invalid name", fmt.Errorf("x: %w", dlock.ErrInvalidName), exitConflict, exitUsage},
 		{"busy", busy, exitConflict, exitConflict},
 		{"busy with -E", busy, 75, 75},
-		{"wait ran out in an outage", &dlock.Error{Op: "acquire", Name: "x", Err: dlock.NewNotObtainedError("x", 0, nil).
+		{"wait ran out in an outage", &dlock.Error{Op: "acquire", Name: "x", Err: lockerkit.NewNotObtainedError("x", 0, nil).
 			DuringOutage(fmt.Errorf("dial tcp 127.0.0.1:1: %w", dlock.ErrUnavailable), time.Second)},
 			75, exitRedis},
 		{"lost", &lostError{name: "x", cause: dlock.ErrLockLost}, exitConflict, exitLost},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/lockerkit"
 )
 
 // Acquire returns the acquisition of a lock under the hold bound maxHold
@@ -53,8 +54,8 @@ func Acquire(locker dlock.Locker, opts []dlock.AcquireOption, maxHold time.Durat
 // bound is the hold bound to apply with opts: maxHold, unless a min hold in
 // opts is longer (see Acquire).
 func bound(maxHold time.Duration, set bool, opts []dlock.AcquireOption) (time.Duration, error) {
-	wide := dlock.TTLBounds{Default: dlock.DefaultTTL, Min: time.Nanosecond, Max: 1 << 62}
-	s, err := dlock.ReadAcquireOptions("bound", wide, opts...)
+	wide := lockerkit.TTLBounds{Default: dlock.DefaultTTL, Min: time.Nanosecond, Max: 1 << 62}
+	s, err := lockerkit.ReadAcquireOptions("bound", wide, opts...)
 	if err != nil || maxHold == 0 || s.MinHold <= maxHold {
 		return maxHold, nil // the options' own errors come with the first acquisition
 	}
