@@ -52,10 +52,10 @@ func reentrantOf(l Lock, shared bool, permits int) Lock {
 	return r.handle()
 }
 
-// reenter is how an acquisition with WithReentry of the kind shared/permits
+// reenter is how an acquisition with WithReentry of the kind wantShared/permits
 // looks for a lock its context holds (lockerkit.Reenter outside this
 // package, which documents it; mine as for checkReentry).
-func reenter(ctx context.Context, name string, shared bool, permits int, mine func(Lock) bool) (Lock, error) {
+func reenter(ctx context.Context, name string, wantShared bool, permits int, mine func(Lock) bool) (Lock, error) {
 	for c, _ := ctx.Value(lockKey{}).(*ctxLock); c != nil; c = c.outer {
 		for _, m := range members(c.l) { // a MultiLock holds each of its names
 			h, shared := m.(*reentrantLock)
@@ -70,7 +70,7 @@ func reenter(ctx context.Context, name string, shared bool, permits int, mine fu
 				return nil, reentrant(name, inner,
 					"it was taken without WithReentry, and re-entry needs the consent of both acquisitions")
 			}
-			if why := h.r.covers(shared, permits); why != "" {
+			if why := h.r.covers(wantShared, permits); why != "" {
 				return nil, reentrant(name, inner, why)
 			}
 			if nested := h.r.handle(); nested != nil {
