@@ -148,8 +148,15 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 // errClosedRelease is the cause of a lock Close released: released, and not
 // by its holder, so Run reports that the work may not have been exclusive
-// to its end.
-var errClosedRelease = fmt.Errorf("%w by %w", ErrReleased, ErrClosed)
+// to its end. Every Locker's Close gives it (lockerkit.ErrReleasedByClose):
+// one text, matching both ErrReleased and ErrClosed.
+var errClosedRelease error = closedRelease{}
+
+type closedRelease struct{}
+
+func (closedRelease) Error() string { return "dlock: released by the Locker's Close" }
+
+func (closedRelease) Is(target error) bool { return target == ErrReleased || target == ErrClosed }
 
 // cleanupContext is the context of a release (Release, Close, the release
 // of a lock nobody may keep): ctx's values (trace ids) under the release

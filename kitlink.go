@@ -12,6 +12,7 @@ import (
 // refuses input and re-enters by the same rules and with the same errors
 // as the Client.
 func init() {
+	kit.ClosedRelease = errClosedRelease
 	kit.ReadAcquire = func(name string, b kit.Bounds, opts any) (kit.Settings, error) {
 		ac, err := readAcquire(name, b, opts.([]AcquireOption))
 		if err != nil {

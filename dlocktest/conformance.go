@@ -1075,6 +1075,8 @@ func (s *suite) close(t *testing.T) {
 	isOpError(t, r.err, dlock.ErrClosed, "acquire", name)
 	if cause := s.ended(t, holder.Context(), "after Close"); !errors.Is(cause, dlock.ErrReleased) || !errors.Is(cause, dlock.ErrClosed) {
 		t.Fatalf("held lock after Close: cause %v, want ErrReleased and ErrClosed", cause)
+	} else if n := strings.Count(cause.Error(), "dlock:"); n != 1 {
+		t.Errorf("held lock after Close: cause %q says \"dlock:\" %d times; one text, as the Client's", cause, n)
 	}
 	isOpError(t, holder.Release(ctx), dlock.ErrNotHeld, "release", name)
 	lk, err := l.TryAcquire(ctx, name+"/after")

@@ -444,7 +444,7 @@ func (l *Locker) Close(ctx context.Context) error {
 }
 
 // errClosedRelease is the cause of a lock Close released.
-var errClosedRelease = fmt.Errorf("%w by %w", dlock.ErrReleased, dlock.ErrClosed)
+var errClosedRelease = lockerkit.ErrReleasedByClose
 
 func opError(op, name string, err error) error {
 	return &dlock.Error{Op: op, Name: name, Err: err}

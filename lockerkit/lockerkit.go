@@ -21,6 +21,12 @@ import (
 	"github.com/dlock-go/dlock/internal/kit"
 )
 
+// ErrReleasedByClose is the cause to give the context of a lock that a
+// Locker's Close released: it matches dlock.ErrReleased and dlock.ErrClosed,
+// with the Client's text, so that dlock.Run tells the work it may not have
+// run alone to its end.
+var ErrReleasedByClose = kit.ClosedRelease
+
 // TTLBounds are a Locker's default TTL and the smallest and largest it
 // accepts, for ReadAcquireOptions.
 type TTLBounds struct{ Default, Min, Max time.Duration }

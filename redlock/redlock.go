@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/lockerkit"
 )
 
 // ErrNoQuorum: fewer than a majority of the Redlock's nodes granted or
@@ -137,7 +138,7 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 }
 
 // errClosedRelease is the cause of the context of a lock released by Close.
-var errClosedRelease = fmt.Errorf("%w by %w", dlock.ErrReleased, dlock.ErrClosed) // the core's text
+var errClosedRelease = lockerkit.ErrReleasedByClose
 
 // Close ends the contexts of the locks the Redlock still holds (with a
 // cause matching both dlock.ErrReleased and dlock.ErrClosed, as a

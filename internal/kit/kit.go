@@ -41,6 +41,8 @@ var (
 	CheckReentry func(ctx context.Context, name string, mine any) error
 	Reenter      func(ctx context.Context, name string, shared bool, permits int, mine any) (any, error)
 	Reentrant    func(l any, shared bool, permits int) any
+	// ClosedRelease is the cause of a lock a Locker's Close released.
+	ClosedRelease error
 	// NotObtained returns a *dlock.NotObtainedError.
 	NotObtained func(name string, holderTTL time.Duration, cause error) any
 )
