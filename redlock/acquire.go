@@ -303,6 +303,13 @@ type tally struct {
 
 func (t *tally) add(rep reply) {
 	t.heard[rep.i] = true
+	if g := rep.g; rep.err == nil && !g.OK && g.SemHeld > 0 {
+		// The node holds the name as a semaphore (Clients on it took
+		// permits): another kind of lock, which the Client refuses at once
+		// as a mismatch, not a busy holder to wait for.
+		rep.err = fmt.Errorf("%w: the name is held as a semaphore: %d of its WithPermits(%d) held",
+			dlock.ErrMismatch, g.SemHeld, g.SemPermits)
+	}
 	switch {
 	case rep.err != nil:
 		t.failed++

@@ -202,3 +202,35 @@ func TestAcquireOwner(t *testing.T) {
 		}
 	}
 }
+
+// A name the nodes hold as a semaphore (Clients on them took WithPermits)
+// is refused at once with dlock.ErrMismatch, as the Client refuses it: no
+// wait cures another kind of lock, and the permits' holders are not the
+// Redlock's busy holder.
+func TestSemaphoreOnTheNodesIsAMismatch(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	for i, rdb := range rdbs {
+		c, err := dlock.New(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(bg)
+		p, err := c.TryAcquire(bg, "pool", dlock.WithPermits(2), dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatalf("permit on node %d: %v", i, err)
+		}
+		defer p.Release(bg)
+	}
+	r := newRedlock(t, rdbs)
+	if _, err := r.TryAcquire(bg, "pool"); !errors.Is(err, dlock.ErrMismatch) || errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryAcquire of a name held as a semaphore: %v; want ErrMismatch, not busy", err)
+	}
+	start := time.Now()
+	_, err := r.Acquire(bg, "pool", dlock.WithWait(20*time.Second))
+	if !errors.Is(err, dlock.ErrMismatch) {
+		t.Fatalf("Acquire of a name held as a semaphore: %v; want ErrMismatch", err)
+	}
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Fatalf("Acquire waited %v for a mismatch no wait cures", waited)
+	}
+}
