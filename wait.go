@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -129,6 +130,12 @@ func jittered(d time.Duration) time.Duration {
 func (w *waiter) sawOutage(err error) {
 	if w.outage == nil {
 		w.outageSince = time.Now()
+	}
+	if redirect(err) && !unavailable(err) {
+		// A redirect a Cluster client could not follow: its slot map is
+		// in flux, which the wait's error reports as unavailable, as it
+		// does any outage (outage explains why a wait rides it out).
+		err = fmt.Errorf("%w: the Cluster's slot map is changing: %w", ErrUnavailable, err)
 	}
 	w.outage = err
 }
