@@ -200,7 +200,7 @@ func readAcquire(name string, b ttlBounds, opts []AcquireOption) (acquireConfig,
 	}
 	if err == nil && ac.minHold > 0 && (ac.semaphore || ac.shared) {
 		// Only the exclusive release keeps a lock for its min hold.
-		err = fmt.Errorf("%w: WithMinHold(%v) is for exclusive locks, not with WithShared or Permits", ErrInvalidOption, ac.minHold)
+		err = fmt.Errorf("%w: WithMinHold(%v) is for exclusive locks, not with WithShared or WithPermits", ErrInvalidOption, ac.minHold)
 	}
 	if err == nil && ac.skipWriters && !ac.shared {
 		err = fmt.Errorf("%w: WithoutWriterPriority without WithShared: only a reader can skip writers", ErrInvalidOption)
@@ -334,7 +334,13 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 	}
 	if !g.OK {
 		ttl := time.Duration(g.HolderTTL) * time.Millisecond
-		b := busyInfo{ttl: ttl, g: g, self: g.Owner != "" && g.Owner == owner}
+		// Self is by the holder's fence, with the owner text as the cheap
+		// test first: two processes can write one owner text (containers
+		// on the host's network, each its process 1).
+		self := g.Kind == 'x' && g.Owner == owner && c.own.Holds(func(l *redisLock) bool {
+			return l.name == name && l.fence == g.HolderFence
+		})
+		b := busyInfo{ttl: ttl, g: g, self: self}
 		return attemptResult{busy: true, holderTTL: ttl, holderFence: g.HolderFence, holder: b,
 			err: opError("acquire", name, b.notObtained(name))}
 	}
@@ -443,7 +449,7 @@ func (c *Client) gaveUp(ctx context.Context, name string, holder busyInfo) error
 type busyInfo struct {
 	ttl  time.Duration
 	g    node.Grant
-	self bool // the holder's owner text is the attempt's own
+	self bool // the holder is a lock this Client holds
 }
 
 // notObtained is the busy error of name with what b says of the holder.

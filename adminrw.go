@@ -15,7 +15,7 @@ import (
 const (
 	KindExclusive = "exclusive" // one holder (an acquisition without WithShared)
 	KindShared    = "shared"    // readers (WithShared)
-	KindSemaphore = "semaphore" // permits of a name (Permits)
+	KindSemaphore = "semaphore" // permits of a name (WithPermits)
 )
 
 // maxQueueShown bounds LockInfo.Queue: an operator reads the head of a line;

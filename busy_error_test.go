@@ -77,7 +77,23 @@ func TestBusyErrorNamesTheHolder(t *testing.T) {
 		if !e.Self || e.Owner != "billing-worker-7" {
 			t.Errorf("busy error fields: %+v", *e)
 		}
-		contains(t, "busy error on a name the caller holds", msg, "the one this attempt writes", "not re-entrant")
+		contains(t, "busy error on a name the caller holds", msg, "this Client holds it", "not re-entrant")
+	})
+
+	// Another process with the same owner text (containers that share the
+	// host's network and name, each its process 1) is not this Client: the
+	// hint is for a lock the Client holds itself, by its fence.
+	t.Run("same owner text, another client", func(t *testing.T) {
+		twin := newLocker(t, rdb, dlock.WithDefaultOwner("billing-worker-7"))
+		h := mustAcquire(t, holders, "twin")
+		defer func() { _ = h.Release(bg) }()
+		e, msg := busyOf(t, twin, "twin")
+		if e.Self || e.Owner != "billing-worker-7" {
+			t.Errorf("busy error fields: %+v", *e)
+		}
+		if strings.Contains(msg, "this Client holds it") {
+			t.Errorf("busy error of another client's lock: %q gives the self hint", msg)
+		}
 	})
 
 	t.Run("shared", func(t *testing.T) {

@@ -88,7 +88,7 @@ var (
 	ErrNotReplicated = errors.New("dlock: not replicated")
 
 	// ErrMismatch: the name is in use in a way this acquisition does not
-	// agree with: a semaphore acquisition (Permits) on a name held as an
+	// agree with: a semaphore acquisition (WithPermits) on a name held as an
 	// exclusive lock, or with another number of permits than the holders'.
 	// The error names both. Nothing was taken.
 	ErrMismatch = errors.New("dlock: name in use with other settings")
@@ -229,10 +229,12 @@ type NotObtainedError struct {
 	// the holder released it before its min hold (WithMinHold), and the name
 	// is kept, renewed by nobody, until HolderTTL ends. Waiters is how many
 	// wait in line in Redis, this attempt included when it waited. Self: the
-	// holder's owner text is the one this attempt writes (WithDefaultOwner,
-	// WithOwner; by default this host and process), so the holder may
-	// be this very process: locks are not re-entrant (see WithReentry), and
-	// an Acquire of a name its caller holds waits until that is released.
+	// holder is a lock this same Client holds (its owner text and fence
+	// are this Client's lock's), so the caller may be waiting for itself:
+	// locks are not re-entrant (see WithReentry), and an Acquire of a name
+	// its caller holds, under a context that does not carry the lock, waits
+	// until that is released. Another goroutine of the process may be the
+	// holder too; the Client cannot tell goroutines apart.
 	Kind          string
 	Owner         string
 	Readers       int
@@ -279,7 +281,7 @@ func (e *NotObtainedError) Error() string {
 		msg += fmt.Sprintf("; %d in line", e.Waiters)
 	}
 	if e.Self {
-		msg += "; the holder's owner is the one this attempt writes (by default this host and process): if this process holds it, release it first (locks are not re-entrant unless WithReentry)"
+		msg += "; this Client holds it: if the caller is its holder, it waits for itself (locks are not re-entrant unless WithReentry; pass the lock's context to be refused at once)"
 	}
 	if e.cause != nil {
 		msg += ": " + e.cause.Error()

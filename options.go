@@ -242,7 +242,7 @@ func WithMaxHold(d time.Duration) AcquireOption {
 // released, in whatever order. Other options of a nested acquisition are
 // ignored: the lock is already held on the outer acquisition's terms; but
 // its kind must be covered: a read (WithShared) may share a write lock, while a
-// write under a read lock, a lock under a permit (Permits) or another
+// write under a read lock, a lock under a permit (WithPermits) or another
 // number of permits is refused with ErrReentrant.
 //
 // A name held through a lock taken without WithReentry is refused with

@@ -40,7 +40,7 @@ func WithoutWriterPriority() AcquireOption {
 // node's shared prefix: the scripts a token runs (acquire, refresh, release,
 // ttl) are chosen by it, so the waiting, renewal and release machinery is
 // the same for both kinds.
-// A permit's (Permits) carries the semaphore's prefix the same way.
+// A permit's (WithPermits) carries the semaphore's prefix the same way.
 func (ac acquireConfig) newToken() string {
 	switch {
 	case ac.shared:

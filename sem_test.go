@@ -1,6 +1,6 @@
 package dlock_test
 
-// Counting semaphores (Permits): each test forces one situation of the
+// Counting semaphores (WithPermits): each test forces one situation of the
 // protocol on a real redis-server: n holders and the n+1st waiting, FIFO
 // hand-off, a permit whose holder stopped renewing, a command sent twice, a
 // stale hand-off message, and input that must be refused.

@@ -52,7 +52,7 @@ type Harness struct {
 	// long.
 	Patience time.Duration
 
-	// Shared says the Locker has read locks (dlock.Shared): the Shared*
+	// Shared says the Locker has read locks (dlock.WithShared): the Shared*
 	// subtests run. Without it one subtest, SharedRefused, checks that the
 	// Locker refuses WithShared with ErrInvalidOption instead.
 	Shared bool
@@ -63,7 +63,7 @@ type Harness struct {
 	Skip map[string]string
 
 	// NoSemaphores, when set, is why the Locker does not offer
-	// dlock.Permits: the Semaphore* subtests are skipped with it, and the
+	// dlock.WithPermits: the Semaphore* subtests are skipped with it, and the
 	// suite checks instead that WithPermits is refused with ErrInvalidOption.
 	NoSemaphores string
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// The semaphore subtests (dlock.Permits). Harness.NoSemaphores skips all
+// The semaphore subtests (dlock.WithPermits). Harness.NoSemaphores skips all
 // but SemaphoreRefused, which then checks that WithPermits is refused.
 
 const semN = 3

@@ -9,7 +9,7 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// sharedTests are the subtests of read locks (dlock.Shared): run when the
+// sharedTests are the subtests of read locks (dlock.WithShared): run when the
 // Harness says the Locker has them, else one subtest checks that the Locker
 // refuses Shared, so that no Locker ignores it and hands out a write lock
 // to a caller who asked to share.

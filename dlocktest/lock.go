@@ -20,9 +20,9 @@ type lock struct {
 	renew bool
 	owner string    // dlock.WithOwner's, or "dlocktest"
 	since time.Time // acquired (granted or handed over), on the clock
-	// shared: a reader (dlock.Shared), one of entry.readers
+	// shared: a reader (dlock.WithShared), one of entry.readers
 	shared bool
-	sem    bool // a semaphore's permit (Permits)
+	sem    bool // a semaphore's permit (WithPermits)
 	ctx    context.Context
 	// cancel ends ctx. It is called under Locker.mu, before the name goes
 	// to the next holder: whoever gets the lock next finds the previous

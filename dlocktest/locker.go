@@ -14,12 +14,12 @@ import (
 // Locker is an in-memory dlock.Locker with the semantics of *dlock.Client:
 // the same validation and errors, waits in FIFO order with hand-off, fences
 // that grow per name, leases that end on its Clock, a lock context that
-// ends with the Client's causes, and read locks (dlock.Shared) with the
+// ends with the Client's causes, and read locks (dlock.WithShared) with the
 // Client's rules: writers first, readers let in together. It starts no goroutines (with the real
 // clock, package time runs expiries), and is safe for concurrent use.
 //
-// It supports dlock.Permits (a semaphore of n permits per name, FIFO, each
-// permit its own lease; see Permits and Expire) with the Client's refusals
+// It supports dlock.WithPermits (a semaphore of n permits per name, FIFO, each
+// permit its own lease; see WithPermits and Expire) with the Client's refusals
 // (dlock.ErrMismatch). ForceUnlock acts on exclusive locks only.
 //
 // All Lockers made by New are independent: locks of one are invisible to
@@ -34,7 +34,7 @@ type Locker struct {
 	// taken before the ManualClock's.
 	mu     sync.Mutex
 	names  map[string]*entry // names held or waited for
-	sems   map[string]*entry // semaphores (Permits) held or waited for: see semaphore.go
+	sems   map[string]*entry // semaphores (WithPermits) held or waited for: see semaphore.go
 	fences map[string]int64  // the last fence handed out per name
 	live   map[*lock]struct{}
 	closed bool
@@ -44,7 +44,7 @@ type Locker struct {
 // the moment it is freed, the first live waiter gets it.
 type entry struct {
 	holder  *lock              // the exclusive holder, or nil
-	readers map[*lock]struct{} // the shared holders (dlock.Shared), when no holder
+	readers map[*lock]struct{} // the shared holders (dlock.WithShared), when no holder
 	waiters []*waiter          // in arrival order
 	// kept is set while the name is held by nobody after a release (or a
 	// lease run out) before the holder's min hold (dlock.WithMinHold); the
@@ -67,7 +67,7 @@ type waiter struct {
 	done     chan struct{} // closed once decided
 	lock     *lock         // granted
 	err      error         // or gave up
-	sem      bool          // waits for a permit (Permits)
+	sem      bool          // waits for a permit (WithPermits)
 }
 
 var _ dlock.Locker = (*Locker)(nil)
@@ -323,7 +323,7 @@ func (l *Locker) waitLimit(name string, w *waiter) {
 // dlock.ErrLockLost; then the name is handed to the first waiter, or free.
 // The old holder's Refresh, TTL and Release report dlock.ErrNotHeld.
 //
-// On a semaphore (dlock.Permits) name, it ends the oldest permit's lease
+// On a semaphore (dlock.WithPermits) name, it ends the oldest permit's lease
 // and hands that permit to the first waiter.
 //
 // It reports whether name was held.
@@ -385,7 +385,7 @@ func (l *Locker) Held(name string) bool {
 }
 
 // Holder returns the Lock that holds name now, as its acquirer got it; when
-// readers (dlock.Shared) hold it, the one that has held it longest.
+// readers (dlock.WithShared) hold it, the one that has held it longest.
 func (l *Locker) Holder(name string) (dlock.Lock, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -13,7 +13,7 @@ import (
 // semPrefix starts a permit's token, as the Client's.
 const semPrefix = "S"
 
-// A semaphore (dlock.Permits) is an entry of Locker.sems, apart from the
+// A semaphore (dlock.WithPermits) is an entry of Locker.sems, apart from the
 // exclusive lock of the same name, as in Redis: a permit acquisition on a
 // name held as a lock is refused with dlock.ErrMismatch, and so is a lock
 // or read lock of a name whose permits are held, as the Client does. Each
@@ -130,7 +130,7 @@ func (l *Locker) expirePermit(name string) bool {
 	return true
 }
 
-// Permits returns the holders of the semaphore name (Permits), oldest first.
+// Permits returns the holders of the semaphore name (WithPermits), oldest first.
 func (l *Locker) Permits(name string) []dlock.Lock {
 	l.mu.Lock()
 	defer l.mu.Unlock()

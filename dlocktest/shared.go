@@ -7,7 +7,7 @@ import (
 	"github.com/dlock-go/dlock/lockerkit"
 )
 
-// Read locks (dlock.Shared), as the Client's scripts have them: readers
+// Read locks (dlock.WithShared), as the Client's scripts have them: readers
 // share a name while no writer holds it; a new reader does not join them
 // while a writer waits (unless dlock.WithoutWriterPriority); when the name
 // frees, the first waiter gets it and, if it is a reader, so does every

@@ -34,7 +34,7 @@ import (
 // Options are read as a Client reads them (lockerkit.ReadAcquireOptions, with
 // the Redlock's TTL bounds): dlock.WithTTL, dlock.WithWait and
 // dlock.WithoutRenewal apply; dlock.WithMaxHold, dlock.WithMinHold,
-// dlock.WithReplicas and dlock.Shared are refused with dlock.ErrInvalidOption.
+// dlock.WithReplicas and dlock.WithShared are refused with dlock.ErrInvalidOption.
 //
 // A Lock is renewed on all its nodes at a third of its TTL unless acquired
 // WithoutRenewal. Its Context ends when no renewal reached a quorum before

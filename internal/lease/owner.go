@@ -81,6 +81,19 @@ func (o *Owner[L]) Untrack(l L) {
 	o.mu.Unlock()
 }
 
+// Holds reports whether one of the locks tracked now satisfies match. It
+// walks them all: for a busy error's hint, not for a hot path.
+func (o *Owner[L]) Holds(match func(L) bool) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for l := range o.held {
+		if match(l) {
+			return true
+		}
+	}
+	return false
+}
+
 // Shut begins Close: no acquisition begins and no lock is tracked after it.
 // It returns the locks held now, for the caller to release, and a channel
 // closed once the acquisitions under way have ended (nil when none is).

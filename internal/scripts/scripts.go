@@ -62,7 +62,7 @@ var (
 	RefreshShared = redis.NewScript(link(commonSrc, refreshSharedSrc))
 	PTTLShared    = redis.NewScript(link(commonSrc, pttlSharedSrc))
 
-	// The semaphore's (Permits): their own keys, apart from the lock hash.
+	// The semaphore's (WithPermits): their own keys, apart from the lock hash.
 	SemAcquire = redis.NewScript(link(commonSrc+semCommonSrc, semAcquireSrc))
 	SemRelease = redis.NewScript(link(commonSrc+semCommonSrc, semReleaseSrc))
 	SemRefresh = redis.NewScript(link(commonSrc+semCommonSrc, semRefreshSrc))

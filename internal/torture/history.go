@@ -41,7 +41,7 @@ type Hold struct {
 	Seq    int    `json:"q"` // the worker's count of its holds
 	Name   string `json:"n"`
 	Fence  int64  `json:"f"`
-	// Shared: a read lock (dlock.Shared), which may overlap other reads and
+	// Shared: a read lock (dlock.WithShared), which may overlap other reads and
 	// nothing else.
 	Shared bool  `json:"s,omitempty"`
 	Asked  int64 `json:"a"` // Acquire called

@@ -43,7 +43,7 @@ type InProcessOptions struct {
 	PerClient int
 
 	// Shared is the share of acquisitions that are read locks
-	// (dlock.Shared): they hold the name beside other reads, and, having no
+	// (dlock.WithShared): they hold the name beside other reads, and, having no
 	// write to make, do not touch the resource. Zero: writes only.
 	Shared float64
 	// WritesShared breaks the read-write lock on purpose: writes take a

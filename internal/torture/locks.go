@@ -76,7 +76,7 @@ func (d dlockLocker) Acquire(ctx context.Context, name string) (held, error) {
 
 func (d dlockLocker) Close(ctx context.Context) error { return d.c.Close(ctx) }
 
-// AcquireShared takes a read lock (dlock.Shared).
+// AcquireShared takes a read lock (dlock.WithShared).
 func (d dlockLocker) AcquireShared(ctx context.Context, name string) (held, error) {
 	l, err := d.c.Acquire(ctx, name, append(d.opts[:len(d.opts):len(d.opts)], dlock.WithShared())...)
 	if err != nil {

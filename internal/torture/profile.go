@@ -95,7 +95,7 @@ func ClientScenarios(d time.Duration) []Scenario {
 	return out
 }
 
-// semaphoreScenario: 8 workers on one name of 3 permits (dlock.Permits),
+// semaphoreScenario: 8 workers on one name of 3 permits (dlock.WithPermits),
 // with kills, pauses and resets after the permit scripts (re-sent
 // acquires and releases); Check allows no more than 3 holders at once.
 // Critical sections of up to 30 ms keep several permits held together.
@@ -105,7 +105,7 @@ func semaphoreScenario(d time.Duration) Scenario {
 	return sc
 }
 
-// sharedScenario: read and write locks (dlock.Shared) on one name, half of
+// sharedScenario: read and write locks (dlock.WithShared) on one name, half of
 // the acquisitions reads, with kills, pauses and resets after the lock
 // scripts. Check lets reads overlap reads, and nothing else; writes go
 // through the fenced register, reads only take their place in line.

@@ -51,11 +51,11 @@ type Scenario struct {
 	Topology string
 	Replicas int
 	// Permits makes every acquisition take one of Permits permits
-	// (dlock.Permits): Check then allows up to that many holders of a name
+	// (dlock.WithPermits): Check then allows up to that many holders of a name
 	// at once, and the workers skip the fenced register, which admits one.
 	Permits int
 	// Shared is the share of acquisitions that are read locks
-	// (dlock.Shared): Check lets reads overlap reads and nothing else.
+	// (dlock.WithShared): Check lets reads overlap reads and nothing else.
 	Shared float64
 	// Nodes runs the workers over that many independent Redis primaries
 	// the run starts, with LockRedlock or LockRedlockQuorum1 (redlock.go).
