@@ -252,7 +252,7 @@ func TestWaitRidesOutLateFenceRound(t *testing.T) {
 	r := newRedlock(t, rdbs)
 	l, err := r.Acquire(bg, name, dlock.WithTTL(600*time.Millisecond), dlock.WithWait(10*time.Second))
 	if err != nil {
-		t.Fatalf("the wait ended on a fence round that ran late once (write-backs held: %d, %d): %v",
+		t.Fatalf("the wait ended on a fence round that ran late once (write-backs sent: %d, %d): %v",
 			slow[0].n.Load(), slow[1].n.Load(), err)
 	}
 	defer l.Release(bg)
