@@ -27,7 +27,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -309,7 +308,7 @@ func startPauseRun(t *testing.T, name string, kinds []string) *pauseRun {
 	}
 	t.Cleanup(func() {
 		for _, cmd := range r.procs {
-			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = redistest.ResumeProcess(cmd.Process)
 			_ = cmd.Process.Kill()
 		}
 		r.readers.Wait()
@@ -379,7 +378,7 @@ func (r *pauseRun) worker(owner string) int {
 func (r *pauseRun) pause(w int, d time.Duration) {
 	p := r.procs[w].Process
 	from := torture.Now()
-	if err := p.Signal(syscall.SIGSTOP); err != nil {
+	if err := redistest.PauseProcess(p); err != nil {
 		r.t.Fatal(err)
 	}
 	time.Sleep(d)
@@ -387,7 +386,7 @@ func (r *pauseRun) pause(w int, d time.Duration) {
 	// signal arrives, and one stamped after the send would let a worker
 	// quick to run again enter a critical section inside the window.
 	to := torture.Now()
-	err := p.Signal(syscall.SIGCONT)
+	err := redistest.ResumeProcess(p)
 	r.stops = append(r.stops, pauseStop{worker: w, from: from, to: to})
 	if err != nil {
 		r.t.Fatal(err)

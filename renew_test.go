@@ -356,7 +356,7 @@ func TestPausedHolderFindsLockLostOnResume(t *testing.T) {
 	const ttl = 500 * time.Millisecond
 	ch := startHolder(t, proxy.Addr(), "paused", ttl)
 
-	if err := ch.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := redistest.PauseProcess(ch.cmd.Process); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, rdb, "dlock:{paused}")
@@ -365,7 +365,7 @@ func TestPausedHolderFindsLockLostOnResume(t *testing.T) {
 	// from its own clock, without any answer from Redis.
 	proxy.Blackhole()
 	resumed := time.Now()
-	if err := ch.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := redistest.ResumeProcess(ch.cmd.Process); err != nil {
 		t.Fatal(err)
 	}
 	line := ch.next(t)

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/election"
 	"github.com/dlock-go/dlock/internal/faultproxy"
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // Three candidates campaign, lead briefly and resign, over and over: never
@@ -260,7 +260,7 @@ func TestLeaderPausedIsReplaced(t *testing.T) {
 	waitWaiters(t, cb, name, 1)
 
 	stopped := time.Now()
-	if err := proc.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := redistest.PauseProcess(proc.cmd.Process); err != nil {
 		t.Fatal(err)
 	}
 	var got campaigned
@@ -293,7 +293,7 @@ func TestLeaderPausedIsReplaced(t *testing.T) {
 	}
 
 	resumed := time.Now()
-	if err := proc.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := redistest.ResumeProcess(proc.cmd.Process); err != nil {
 		t.Fatal(err)
 	}
 	line = proc.next(t, 2*time.Second)

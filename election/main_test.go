@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"syscall"
 	"testing"
 	"time"
 
@@ -115,7 +114,7 @@ func startCandidate(t *testing.T, addr, name, id string, ttl time.Duration) *can
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = redistest.ResumeProcess(cmd.Process)
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})

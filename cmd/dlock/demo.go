@@ -52,6 +52,9 @@ func newDemoCmd(a *app) *cobra.Command {
 		Long:  demoLong,
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := unixOnly("demo"); err != nil {
+				return err
+			}
 			switch {
 			case o.workers < 2 || o.workers > 16:
 				return usagef("--workers %d: want 2..16", o.workers)

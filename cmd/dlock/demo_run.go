@@ -124,14 +124,14 @@ func (d *demo) tend(ctx context.Context, mode string, i int, cmd *exec.Cmd, stdi
 		case line == linePause:
 			n := frozen.Add(1)
 			d.printf("%s: worker %d frozen for %v while it holds the lock (TTL %v) [freeze %d]\n", mode, i+1, d.o.pause, d.o.ttl, n)
-			_ = cmd.Process.Signal(syscall.SIGSTOP)
+			_ = pauseProcess(cmd.Process)
 			t := time.NewTimer(d.o.pause)
 			select {
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
 			}
-			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = resumeProcess(cmd.Process)
 			_, _ = io.WriteString(stdin, "go\n")
 		case strings.HasPrefix(line, lineResult):
 			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, lineResult)), &res); err != nil {

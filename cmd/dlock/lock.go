@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -126,7 +125,7 @@ func (a *app) holdLock(ctx context.Context, name string, o runOptions, output st
 	defer catchSIGPIPE()()
 	// A stopped dlock renews nothing, and the lock would lapse while the
 	// script that asked for it believes it still holds it.
-	signal.Ignore(syscall.SIGTSTP)
+	ignoreStop()
 
 	lock, err := a.acquire(ctx, c, []string{name}, o, sigs)
 	if err != nil {

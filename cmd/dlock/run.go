@@ -159,6 +159,9 @@ func newRunCmd(a *app) *cobra.Command {
 			return checkNames(names)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := unixOnly("run"); err != nil {
+				return err
+			}
 			names, argv, _ := splitRunArgs(cmd.ArgsLenAtDash(), args, o.names)
 			if err := checkLockFlags(cmd, &o); err != nil {
 				return err
@@ -329,7 +332,7 @@ func (a *app) run(ctx context.Context, o runOptions, names []string, argv []stri
 	// is ignored. The command, in a background process group, inherits
 	// the ignored terminal signals: reading the terminal fails at once
 	// (EIO) instead of stopping it for good with the lock held.
-	signal.Ignore(syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+	ignoreTerminalStops()
 
 	lock, err := a.acquire(ctx, c, names, o, sigs)
 	if err != nil {

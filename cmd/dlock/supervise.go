@@ -106,18 +106,18 @@ func (a *app) supervise(lock dlock.Lock, argv []string, grace time.Duration, sig
 		case <-exited:
 			running = false
 		case s := <-sigs:
-			_ = syscall.Kill(-pgid, syscall.Signal(signum(s)))
+			_ = signalGroup(pgid, syscall.Signal(signum(s)))
 			startGrace()
 		case <-lostCh:
 			lostCh = nil
 			lostCause = context.Cause(lockCtx)
 			fmt.Fprintf(a.stderr, "dlock: %s; sending SIGTERM to the command (SIGKILL in %v)\n", trimDlock(lostCause), grace)
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			_ = signalGroup(pgid, syscall.SIGTERM)
 			startGrace()
 		case <-killCh:
 			killCh = nil
 			fmt.Fprintf(a.stderr, "dlock: the command did not exit within %v: sending SIGKILL\n", grace)
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			_ = signalGroup(pgid, syscall.SIGKILL)
 		}
 	}
 	if killer != nil {
@@ -126,7 +126,7 @@ func (a *app) supervise(lock dlock.Lock, argv []string, grace time.Duration, sig
 	if lostCause != nil {
 		// Whatever the command left running in its group must not go on
 		// working under a lock someone else may hold by now.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = signalGroup(pgid, syscall.SIGKILL)
 		disarm()
 		_ = lock.Release(context.Background())
 		return &lostError{name: lock.Name(), cause: lostCause}

@@ -87,6 +87,9 @@ func newTortureCmd(a *app) *cobra.Command {
 		Long:  tortureLong,
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := unixOnly("torture"); err != nil {
+				return err
+			}
 			switch {
 			case o.workers < 2 || o.workers > 64:
 				return usagef("--workers %d: want 2..64", o.workers)

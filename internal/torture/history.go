@@ -17,22 +17,7 @@
 // against a user's own Redis.
 package torture
 
-import (
-	"time"
-
-	"golang.org/x/sys/unix"
-)
-
-// Now reads CLOCK_MONOTONIC: one clock for every process of the machine, so
-// stamps of workers and of the nemesis compare. Go's own monotonic reading
-// counts from each process' start.
-func Now() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		panic(err) // CLOCK_MONOTONIC exists on every Linux
-	}
-	return ts.Nano()
-}
+import "time"
 
 // Hold is one acquisition as its worker saw it. Stamps are CLOCK_MONOTONIC
 // nanoseconds; zero means "did not happen".

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -168,14 +167,14 @@ func (r *run) pause(ctx context.Context) error {
 	d := r.sc.TTL + 100*time.Millisecond + time.Duration(r.rng.Int64N(int64(200*time.Millisecond)))
 	from := Now()
 	for _, p := range stop {
-		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		_ = pause(p.cmd.Process)
 	}
 	sleepCtx(ctx, d)
 	// Stamped before SIGCONT is sent: a stamp after the send would let a
 	// worker quick to run again act inside the window.
 	to := Now()
 	for _, p := range stop {
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		_ = resume(p.cmd.Process)
 	}
 	for i, p := range stop {
 		role := "holder"

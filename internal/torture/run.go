@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -364,7 +363,7 @@ func (r *run) stop() {
 		r.errs = append(r.errs, "workers did not stop within 10s of being told")
 		r.mu.Unlock()
 		for _, p := range procs {
-			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			_ = resume(p.cmd.Process)
 			_ = p.cmd.Process.Kill()
 		}
 		<-done
@@ -377,7 +376,7 @@ func (r *run) cleanup() {
 	r.mu.Unlock()
 	for _, p := range procs {
 		if p != nil {
-			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			_ = resume(p.cmd.Process)
 			_ = p.cmd.Process.Kill()
 		}
 	}
