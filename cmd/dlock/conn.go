@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
@@ -131,6 +132,11 @@ func (f *connFlags) options(getenv func(string) string, prompt func() (string, e
 		DialTimeout:           f.timeout,
 		ReadTimeout:           f.timeout,
 		WriteTimeout:          f.timeout,
+		// go-redis asks every new connection for CLIENT MAINT_NOTIFICATIONS
+		// (Redis Cloud's), which Redis 7 and Valkey refuse as an unknown
+		// subcommand: one wasted, refused command per connection, logged by
+		// go-redis, for a feature the CLI does not use.
+		MaintNotificationsConfig: noMaintNotifications(),
 	}
 	u := f.url
 	switch {
@@ -488,3 +494,9 @@ func (a *app) promptPassword() (string, error) {
 }
 
 func isTerminal(f *os.File) bool { return f != nil && term.IsTerminal(int(f.Fd())) }
+
+// noMaintNotifications turns off go-redis' CLIENT MAINT_NOTIFICATIONS
+// handshake for the CLI's own clients (see options).
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}

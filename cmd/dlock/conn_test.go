@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 func TestConnOptions(t *testing.T) {
@@ -86,6 +88,11 @@ func TestConnOptions(t *testing.T) {
 			}
 			if !o.ContextTimeoutEnabled || o.ReadTimeout != time.Second {
 				t.Errorf("ContextTimeoutEnabled %v, ReadTimeout %v", o.ContextTimeoutEnabled, o.ReadTimeout)
+			}
+			// Redis 7 and Valkey refuse CLIENT MAINT_NOTIFICATIONS, which
+			// go-redis sends on every connection unless told not to.
+			if m := o.MaintNotificationsConfig; m == nil || m.Mode != maintnotifications.ModeDisabled {
+				t.Errorf("maintenance notifications %+v, want disabled", m)
 			}
 		})
 	}

@@ -122,7 +122,7 @@ func (a *app) demo(ctx context.Context, cmd *cobra.Command, o demoOptions) error
 			return fmt.Errorf("demo: start a throwaway redis-server (or give --url/--addr): %w", err)
 		}
 		defer srv.Kill()
-		d.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		d.rdb = redis.NewClient(&redis.Options{MaintNotificationsConfig: noMaintNotifications(), Addr: srv.Addr, ContextTimeoutEnabled: true})
 		d.connArgs = []string{"--addr", srv.Addr}
 		// The throwaway server has no password: do not send one from the
 		// environment, which is meant for the user's own Redis.

@@ -16,7 +16,7 @@ import (
 // sentinelClient returns a client for one Sentinel, with the connection's
 // TLS and timeouts; Sentinels take no data-node password here.
 func (d *doctorRun) sentinelClient(addr string) *redis.SentinelClient {
-	return redis.NewSentinelClient(&redis.Options{
+	return redis.NewSentinelClient(&redis.Options{MaintNotificationsConfig: noMaintNotifications(),
 		Addr: addr, TLSConfig: d.uo.TLSConfig, Username: d.uo.SentinelUsername, Password: d.uo.SentinelPassword,
 		DialTimeout: d.uo.DialTimeout, ReadTimeout: d.uo.ReadTimeout, WriteTimeout: d.uo.WriteTimeout,
 		ContextTimeoutEnabled: true, MaxRetries: -1, Dialer: d.uo.Dialer,

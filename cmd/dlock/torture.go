@@ -323,7 +323,7 @@ func (a *app) tortureTarget(ctx context.Context, cmd *cobra.Command, prefix stri
 		return nil, usagef("dlock torture needs host:port, not a unix socket: its fault proxies forward TCP")
 	}
 	t := &torture.Target{Addr: o.Addrs[0], Username: o.Username, Password: o.Password, DB: o.DB}
-	rdb := redis.NewClient(&redis.Options{Addr: t.Addr, Username: t.Username, Password: t.Password, DB: t.DB,
+	rdb := redis.NewClient(&redis.Options{MaintNotificationsConfig: noMaintNotifications(), Addr: t.Addr, Username: t.Username, Password: t.Password, DB: t.DB,
 		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, ContextTimeoutEnabled: true,
 		// One dial, not go-redis' twenty retried ones: a wrong port is told
 		// within --timeout (see app.probe).
@@ -345,7 +345,7 @@ func (a *app) tortureTarget(ctx context.Context, cmd *cobra.Command, prefix stri
 // checkResource checks the Redis named by --resource as tortureTarget checks
 // the locks'.
 func (a *app) checkResource(ctx context.Context, addr, prefix string, yes bool) error {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: a.conn.timeout, ReadTimeout: a.conn.timeout,
+	rdb := redis.NewClient(&redis.Options{MaintNotificationsConfig: noMaintNotifications(), Addr: addr, DialTimeout: a.conn.timeout, ReadTimeout: a.conn.timeout,
 		WriteTimeout: a.conn.timeout, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
