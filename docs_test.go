@@ -191,3 +191,51 @@ func slug(h string) string {
 	}
 	return b.String()
 }
+
+// exampleName is an Example function named in prose ("From `ExampleX`").
+var exampleName = regexp.MustCompile("`(Example[A-Za-z0-9_]*)`")
+
+// Every Example the README and the guide name exists, in some test file of
+// the repository: a renamed option renames its Example, and the prose that
+// sends a reader to it must follow.
+func TestNamedExamplesExist(t *testing.T) {
+	pages, _ := filepath.Glob("docs/*.md")
+	pages = append(pages, "README.md", "cmd/dlock/README.md")
+	var tests strings.Builder
+	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != "." && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(p, "_test.go") {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			tests.Write(b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := tests.String()
+	named := 0
+	for _, page := range pages {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range exampleName.FindAllStringSubmatch(string(b), -1) {
+			named++
+			if !strings.Contains(all, "func "+m[1]+"(") {
+				t.Errorf("%s names %s, which no test file defines", page, m[1])
+			}
+		}
+	}
+	if named == 0 {
+		t.Fatal("no Example named in the docs: the pattern no longer matches their prose")
+	}
+}

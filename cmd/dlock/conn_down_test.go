@@ -34,7 +34,7 @@ func TestUnreachableRedisAnswersWithinTimeout(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"list"}, {"inspect", "x"}, {"run", "x", "true"}, {"lock", "x"},
-		{"unlock", "--force", "--yes", "x"}, {"watch", "x"}, {"run", "-N", "a", "-N", "b", "true"},
+		{"unlock", "--force", "--yes", "x"}, {"watch", "x"}, {"run", "-N", "a", "-N", "b", "true"}, {"doctor"},
 	} {
 		start := time.Now()
 		r := dlockRun(t, nil, append([]string{"--timeout", "1s", "--addr", addr}, args...)...)

@@ -133,9 +133,11 @@ func (a *app) doctor(ctx context.Context, o doctorOptions) error {
 	// Not a PING through a ClusterClient: it may pick a dead primary, which
 	// is a finding (reachable), not a reason to stop. The Cluster's slot
 	// map, which primaries loads, needs one live node.
+	// Elsewhere one PING, not retried, within --timeout, naming the
+	// address and the flags it came from, as every command's (probe).
 	if _, ok := rdb.(*redis.ClusterClient); !ok {
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("doctor: cannot reach Redis: %w", err)
+		if err := a.probe(uo); err != nil {
+			return fmt.Errorf("doctor: %w", err)
 		}
 	}
 	d := &doctorRun{a: a, ctx: ctx, uo: uo, rdb: rdb, o: o}

@@ -72,7 +72,7 @@ func newLockCmd(a *app) *cobra.Command {
 	durationFlag(fs, &o.wait, "wait", "w", dlock.DefaultWait, "how long to wait for a busy lock; 0 is a single attempt")
 	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "fail at once when the lock is busy (--wait 0)")
 	fs.BoolVarP(&o.shared, "shared", "s", false, "take a read (shared) lock, like flock -s")
-	fs.BoolVar(&o.skip, "skip-waiting-writers", false, "with --shared: join readers even while a writer waits (writers may starve)")
+	fs.BoolVar(&o.skip, "without-writer-priority", false, "with --shared: join readers even while a writer waits (writers may starve)")
 	fs.IntVar(&o.permits, "permits", 0, "take one of N permits of NAME (a semaphore)")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default HOST/PID dlock lock, PID dlock's)")
 	fs.StringVarP(&output, "output", "o", "text", "output format of the line printed once the lock is held: text or json")
@@ -87,7 +87,7 @@ func checkLockFlags(cmd *cobra.Command, o *runOptions) error {
 	}
 	switch {
 	case o.skip && !o.shared:
-		return usagef("--skip-waiting-writers needs -s/--shared: only a reader can skip writers")
+		return usagef("--without-writer-priority needs -s/--shared: only a reader can skip writers")
 	case o.noWait && cmd.Flags().Changed("wait"):
 		return usagef("-n/--no-wait and -w/--wait exclude each other")
 	case cmd.Flags().Changed("permits") && o.permits == 0:

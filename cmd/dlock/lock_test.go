@@ -226,7 +226,7 @@ func TestLockBusyAndUsage(t *testing.T) {
 		{"lock", "a", "b"},
 		{"lock", "--permits", "0", "a"},
 		{"lock", "-n", "-w", "1s", "a"},
-		{"lock", "--skip-waiting-writers", "a"},
+		{"lock", "--without-writer-priority", "a"},
 		{"lock", "-o", "yaml", "a"},
 		{"lock", "--ttl", "1ns", "a"},
 		{"lock", ""},

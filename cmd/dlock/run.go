@@ -26,7 +26,7 @@ type runOptions struct {
 	names     []string      // --name: several locks, all or nothing
 	minHold   time.Duration // --min-hold, 0: none
 	shared    bool          // --shared: a read lock, as flock -s
-	skip      bool          // --skip-waiting-writers
+	skip      bool          // --without-writer-priority
 	permits   int           // --permits: one of n permits (a semaphore); 0 for the exclusive lock
 	quiet     bool          // -q: nothing printed when the lock is busy
 	passEnv   []string      // --pass-env: secrets COMMAND gets all the same (childenv.go)
@@ -135,7 +135,7 @@ If dlock dies, the lock ends after max(--ttl, D).
 With --shared (-s) the lock is a read lock, like flock -s: any number of
 shared runs of NAME at once, none while a run without --shared (flock -x)
 holds it. A shared run waits while an exclusive run waits ahead of it, so
-readers cannot starve a writer; --skip-waiting-writers lifts that.`
+readers cannot starve a writer; --without-writer-priority lifts that.`
 
 func newRunCmd(a *app) *cobra.Command {
 	var o runOptions
@@ -181,7 +181,7 @@ func newRunCmd(a *app) *cobra.Command {
 	durationFlag(fs, &o.killGrace, "kill-grace", "", 5*time.Second, "time COMMAND has to exit after SIGTERM before SIGKILL")
 	durationFlag(fs, &o.minHold, "min-hold", "", 0, "keep the lock at least this long after taking it, even when COMMAND ends sooner (once per cron tick)")
 	fs.BoolVarP(&o.shared, "shared", "s", false, "take a read (shared) lock, like flock -s")
-	fs.BoolVar(&o.skip, "skip-waiting-writers", false, "with --shared: join readers even while a writer waits (writers may starve)")
+	fs.BoolVar(&o.skip, "without-writer-priority", false, "with --shared: join readers even while a writer waits (writers may starve)")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as list and inspect show it (default HOST/PID dlock run COMMAND, PID dlock's)")
 	// A repeated flag, not NAME,NAME: names may contain commas, and a flag
 	// cannot eat COMMAND's arguments.
@@ -390,7 +390,7 @@ func busy(ctx context.Context, c *dlock.Client, name string, waited time.Duratio
 	e := &busyError{name: name, waited: waited, err: err}
 	var noe *dlock.NotObtainedError
 	if errors.As(err, &noe) {
-		e.lease = noe.HolderTTL
+		e.lease, e.waiters = noe.HolderTTL, noe.Waiters
 	}
 	if info, ierr := c.Inspect(ctx, name); ierr == nil {
 		e.fence, e.age = info.Fence, roundDur(info.Age(time.Now()))
@@ -429,6 +429,7 @@ type busyError struct {
 	age     time.Duration
 	lease   time.Duration // the holder's lease left, 0 when unknown
 	waited  time.Duration // -w, 0 for a single attempt
+	waiters int64         // in line in Redis at the last attempt (this one included when it waited)
 	err     error         // matches dlock.ErrNotObtained
 }
 
@@ -453,6 +454,9 @@ func (e *busyError) Error() string {
 		b.WriteString("; their leases are renewed while they work, so it stays busy " + e.several)
 	case e.lease > 0:
 		fmt.Fprintf(&b, "; its lease (%v left) is renewed while the holder works, so it stays busy until the holder ends", roundDur(e.lease))
+	}
+	if e.waiters > 0 {
+		fmt.Fprintf(&b, "; %d in line", e.waiters)
 	}
 	return b.String()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,6 +32,13 @@ func TestRunBusyMessageAndQuiet(t *testing.T) {
 	r = dlockRun(t, srv, "run", "-w", "0.3", "nightly", "true")
 	if r.code != exitConflict || !strings.Contains(r.stderr, "waited 300ms") {
 		t.Errorf("-w 0.3: exit %d, stderr %q; want %d saying how long it waited", r.code, r.stderr, exitConflict)
+	}
+	// The waiters ahead, as the library's busy error counts them.
+	startDlock(t, srv, "run", "-w", "20", "nightly", "--", "true")
+	rdb := srv.Client(t)
+	waitFor(t, "a waiter in line", func() bool { return rdb.ZCard(context.Background(), lockKey("nightly")+":q").Val() == 1 })
+	if r := dlockRun(t, srv, "run", "-n", "nightly", "true"); !strings.Contains(r.stderr, "; 1 in line") {
+		t.Errorf("busy with a waiter in line: %q does not say \"1 in line\"", r.stderr)
 	}
 
 	for _, tt := range []struct {

@@ -51,8 +51,8 @@ func TestRunSharedAndListReaders(t *testing.T) {
 			}
 		}
 	}
-	if r := dlockRun(t, srv, "run", "--skip-waiting-writers", "catalog", "--", "true"); r.code != exitUsage {
-		t.Errorf("--skip-waiting-writers without -s: exit %d, want usage (%d)", r.code, exitUsage)
+	if r := dlockRun(t, srv, "run", "--without-writer-priority", "catalog", "--", "true"); r.code != exitUsage {
+		t.Errorf("--without-writer-priority without -s: exit %d, want usage (%d)", r.code, exitUsage)
 	}
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
