@@ -127,9 +127,9 @@ func launchClusterNode(ctx context.Context, dir string, extra []string) (*Server
 // createCluster runs redis-cli --cluster create. redis-cli makes the first
 // len(addrs)/(1+replicas) nodes primaries and assigns the rest as replicas.
 func createCluster(ctx context.Context, addrs []string, replicas int) error {
-	bin, err := exec.LookPath("redis-cli")
+	bin, err := lookPath(func(f Flavor) string { return f.CLI })
 	if err != nil {
-		return errors.New("redistest: redis-cli not found on PATH; install it: " + InstallHint)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()

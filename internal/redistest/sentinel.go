@@ -387,14 +387,15 @@ type sentinelProc struct {
 // given on the command line alone; the port is therefore in the file, and a
 // port taken between FreePort and the bind is retried with a new file.
 func startSentinelProc(ctx context.Context, dir, name string, primaryPort int) (*sentinelProc, error) {
-	bin, args := "redis-sentinel", []string(nil)
-	if _, err := exec.LookPath(bin); err != nil {
-		// Some packages ship only redis-server, which runs as a sentinel
-		// with --sentinel.
-		bin, args = "redis-server", []string{"--sentinel"}
-		if _, err := exec.LookPath(bin); err != nil {
-			return nil, ErrNoRedis
+	bin, err := lookPath(func(f Flavor) string { return f.Sentinel })
+	var args []string
+	if err != nil {
+		// Some packages ship only the server, which runs as a sentinel
+		// with --sentinel (Debian's valkey-server without valkey-sentinel).
+		if bin, err = ServerBinary(); err != nil {
+			return nil, err
 		}
+		args = []string{"--sentinel"}
 	}
 	var lastErr error
 	for range 3 {

@@ -21,8 +21,9 @@ import (
 // InstallHint is what to run when redis-server is missing.
 const InstallHint = "apt-get update && apt-get install -y redis-server (or run `make test`, which installs it)"
 
-// ErrNoRedis reports that no redis-server binary was found on PATH.
-var ErrNoRedis = errors.New("redistest: redis-server not found on PATH; install it: " + InstallHint)
+// ErrNoRedis is matched by the error of a server program (of the flavor
+// FlavorEnv picks) not found on PATH; that error says how to install it.
+var ErrNoRedis = errors.New("redistest: server program not found on PATH")
 
 // Server is one redis-server process on 127.0.0.1.
 type Server struct {
@@ -43,9 +44,9 @@ type Server struct {
 // unless extra arguments ask it to. extra is appended to the command line
 // (for example "--enable-debug-command", "local").
 func Launch(ctx context.Context, dir string, extra ...string) (*Server, error) {
-	bin, err := exec.LookPath("redis-server")
+	bin, err := ServerBinary()
 	if err != nil {
-		return nil, ErrNoRedis
+		return nil, err
 	}
 	var lastErr error
 	// The free port is found by binding and closing it, so another process can
