@@ -80,7 +80,7 @@ var (
 	// (or, in a Cluster, for its shard channels). The error names the
 	// version found and the version needed; every acquisition on the Client
 	// returns it.
-	ErrUnsupportedServer = errors.New("dlock: unsupported redis server")
+	ErrUnsupportedServer = errors.New("dlock: unsupported server")
 
 	// ErrNotReplicated: WithReplicas asked for more replica acknowledgements
 	// than arrived in time. The lock was released again; the error wraps a

@@ -163,9 +163,12 @@ func (c *Client) isCluster() bool {
 // serverFacts is what one server said about itself; a field is empty when
 // the server refused to say.
 type serverFacts struct {
-	addr    string // the primary's address, in a Cluster only
-	version string // redis_version from INFO server
-	policy  string // maxmemory-policy from CONFIG GET, else from INFO memory
+	addr   string           // the primary's address, in a Cluster only
+	server serverreq.Server // which server, and its own version, from INFO server
+	policy string           // maxmemory-policy from CONFIG GET, else from INFO memory
+	// shard is whether COMMAND INFO knows SPUBLISH (the shard channels a
+	// Cluster's hand-offs use); nil when the server refused to say.
+	shard *bool
 }
 
 // probeServer asks the server, or every primary of a Cluster in parallel.
@@ -199,8 +202,11 @@ func probe(ctx context.Context, rdb redis.Cmdable) (serverFacts, error) {
 	server := pipe.Info(ctx, "server")
 	memory := pipe.Info(ctx, "memory")
 	config := pipe.ConfigGet(ctx, "maxmemory-policy")
+	// What the server can do is asked of it, not read from its version:
+	// forks and builds report versions that say little.
+	commands := pipe.Do(ctx, "command", "info", "spublish")
 	_, _ = pipe.Exec(ctx) // errors are read per command
-	for _, err := range []error{server.Err(), memory.Err(), config.Err()} {
+	for _, err := range []error{server.Err(), memory.Err(), config.Err(), commands.Err()} {
 		// A refusal (unknown command, NOPERM) is an answer; anything else
 		// (network, context) means the server was not heard.
 		var answer redis.Error
@@ -209,8 +215,12 @@ func probe(ctx context.Context, rdb redis.Cmdable) (serverFacts, error) {
 		}
 	}
 	f := serverFacts{
-		version: infoField(server.Val(), "redis_version"),
-		policy:  config.Val()["maxmemory-policy"],
+		server: serverreq.Identify(func(k string) string { return infoField(server.Val(), k) }),
+		policy: config.Val()["maxmemory-policy"],
+	}
+	if reply, ok := commands.Val().([]any); ok && commands.Err() == nil && len(reply) == 1 {
+		known := reply[0] != nil
+		f.shard = &known
 	}
 	if f.policy == "" {
 		f.policy = infoField(memory.Val(), "maxmemory_policy")
@@ -231,33 +241,37 @@ func infoField(info, key string) string {
 // versionVerdict returns the first unsupported server of facts, or nil.
 func versionVerdict(facts []serverFacts, cluster bool) error {
 	for _, f := range facts {
-		if err := checkVersion(f.version, f.addr, cluster); err != nil {
+		if err := checkVersion(f, cluster); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// checkVersion refuses a redis_version older than dlock needs, alone or in
-// a Cluster. addr names the server in the message when not empty. A version
-// it cannot parse passes: a fork's odd version string is no reason to refuse
-// a server that may well work.
-func checkVersion(version, addr string, cluster bool) error {
-	v, ok := parseVersion(version)
-	if !ok {
-		return nil
-	}
+// checkVersion refuses a server older than dlock needs (each kind of
+// server has its own minimum: serverreq.Server.Need), and, in a Cluster,
+// one without the shard channels: by COMMAND INFO, or, when the server
+// refused to say, by Redis' version. f.addr names the server in the
+// message when not empty. A version it cannot parse passes: a fork's odd
+// version string is no reason to refuse a server that may well work.
+func checkVersion(f serverFacts, cluster bool) error {
+	s, need := f.server, f.server.Need()
+	v, ok := parseVersion(s.Version)
 	at := ""
-	if addr != "" {
-		at = " at " + addr
+	if f.addr != "" {
+		at = " at " + f.addr
 	}
 	switch {
-	case cluster && older(v, minClusterVersion):
-		return fmt.Errorf("%w: redis_version %s%s; a Redis Cluster needs %d.%d or newer (%s)",
-			ErrUnsupportedServer, version, at, minClusterVersion[0], minClusterVersion[1], serverreq.WhyMinCluster)
-	case older(v, minVersion):
-		return fmt.Errorf("%w: redis_version %s%s; dlock needs %d.%d or newer (%s)",
-			ErrUnsupportedServer, version, at, minVersion[0], minVersion[1], serverreq.WhyMin)
+	case ok && older(v, need.Min):
+		return fmt.Errorf("%w: %s%s; %s (%s)", ErrUnsupportedServer, s, at, need.Text(s), need.Why)
+	case !cluster:
+		return nil
+	case f.shard != nil && !*f.shard:
+		return fmt.Errorf("%w: %s%s has no SPUBLISH (COMMAND INFO); a Cluster needs it: %s (Redis %d.%d or newer, any Valkey)",
+			ErrUnsupportedServer, s, at, serverreq.WhyMinCluster, minClusterVersion[0], minClusterVersion[1])
+	case f.shard == nil && ok && s.Name == "Redis" && older(v, minClusterVersion):
+		return fmt.Errorf("%w: %s%s; a Redis Cluster needs Redis %d.%d or newer (%s)",
+			ErrUnsupportedServer, s, at, minClusterVersion[0], minClusterVersion[1], serverreq.WhyMinCluster)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/serverreq"
 )
 
 // evictingServer is the configuration of a cache with little memory that
@@ -104,8 +105,8 @@ func TestCheckServerFastPath(t *testing.T) {
 	if err := c.checkServer(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if p, n := hook.pipelines.Load(), hook.cmds.Load(); p != 1 || n != 3 {
-		t.Fatalf("first check: %d pipelines of %d commands in all, want 1 of 3", p, n)
+	if p, n := hook.pipelines.Load(), hook.cmds.Load(); p != 1 || n != 4 {
+		t.Fatalf("first check: %d pipelines of %d commands in all, want 1 of 4 (INFO server, INFO memory, CONFIG GET, COMMAND INFO)", p, n)
 	}
 	allocs := testing.AllocsPerRun(1000, func() {
 		if err := c.checkServer(ctx); err != nil {
@@ -115,7 +116,7 @@ func TestCheckServerFastPath(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("fast path allocates %v times per call", allocs)
 	}
-	if p, n := hook.pipelines.Load(), hook.cmds.Load(); p != 1 || n != 3 {
+	if p, n := hook.pipelines.Load(), hook.cmds.Load(); p != 1 || n != 4 {
 		t.Fatalf("after 1000 checks: %d pipelines, %d commands; want the first check's alone", p, n)
 	}
 }
@@ -231,7 +232,7 @@ func TestCheckServerCluster(t *testing.T) {
 	if !errors.Is(err, ErrUnsupportedServer) {
 		t.Fatalf("err = %v, want ErrUnsupportedServer", err)
 	}
-	for _, want := range []string{"6.2.0 at 127.0.0.1:", "Redis Cluster needs 7.0", "SSUBSCRIBE"} {
+	for _, want := range []string{"6.2.0 at 127.0.0.1:", "has no SPUBLISH", "SSUBSCRIBE"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q without %q", err, want)
 		}
@@ -239,34 +240,66 @@ func TestCheckServerCluster(t *testing.T) {
 }
 
 func TestCheckVersion(t *testing.T) {
+	yes, no := true, false
+	redis := func(v string) serverreq.Server { return serverreq.Server{Name: "Redis", Version: v} }
+	valkey := serverreq.Server{Name: "Valkey", Version: "8.0.1", Compat: "7.2.4"}
 	for _, tc := range []struct {
-		version string
+		server  serverreq.Server
+		shard   *bool // COMMAND INFO SPUBLISH: nil when refused
 		cluster bool
 		want    string // part of the error; "" for none
 	}{
-		{"4.0.14", false, "redis_version 4.0.14; dlock needs 5.0 or newer (its scripts read TIME before writing"},
-		{"4.0.14", true, "redis_version 4.0.14; a Redis Cluster needs 7.0 or newer"},
-		{"6.2.0", true, "redis_version 6.2.0; a Redis Cluster needs 7.0 or newer (lock hand-offs use the shard channels SPUBLISH and SSUBSCRIBE)"},
-		{"6.2.0", false, ""},
-		{"5.0.0", false, ""},
-		{"7.0.15", false, ""},
-		{"7.0.15", true, ""},
-		{"7.2.4-rc1", true, ""},
-		{"255.255.255", true, ""}, // a build from the unstable branch
-		{"", true, ""},
-		{"garbage", true, ""},
-		{"4", false, ""}, // a major alone is not a version
-		{"4.x", false, ""},
-		{"4..0", false, ""},
-		{"4.0.0.1", false, ""},
-		{"12345678901.0", false, ""},
+		{redis("4.0.14"), nil, false, "Redis 4.0.14; dlock needs Redis 5.0 or newer (its scripts read TIME before writing"},
+		{redis("4.0.14"), nil, true, "Redis 4.0.14; dlock needs Redis 5.0 or newer"},
+		{redis("6.2.0"), nil, true, "Redis 6.2.0; a Redis Cluster needs Redis 7.0 or newer (lock hand-offs use the shard channels SPUBLISH and SSUBSCRIBE)"},
+		{redis("6.2.0"), &no, true, "Redis 6.2.0 has no SPUBLISH (COMMAND INFO); a Cluster needs it"},
+		// The server's answer decides, not its version: a build that
+		// reports 6.2 but has SPUBLISH passes, one that reports 7.0
+		// without it does not.
+		{redis("6.2.0"), &yes, true, ""},
+		{redis("7.0.15"), &no, true, "has no SPUBLISH"},
+		{redis("6.2.0"), nil, false, ""},
+		{redis("5.0.0"), nil, false, ""},
+		{redis("7.0.15"), nil, false, ""},
+		{redis("7.0.15"), nil, true, ""},
+		{redis("7.2.4-rc1"), nil, true, ""},
+		{redis("255.255.255"), nil, true, ""}, // a build from the unstable branch
+		{redis(""), nil, true, ""},
+		{redis("garbage"), nil, true, ""},
+		{redis("4"), nil, false, ""}, // a major alone is not a version
+		{redis("4.x"), nil, false, ""},
+		{redis("4..0"), nil, false, ""},
+		{redis("4.0.0.1"), nil, false, ""},
+		{redis("12345678901.0"), nil, false, ""},
+		{valkey, &yes, true, ""},
+		{valkey, nil, false, ""},
+		{serverreq.Server{Name: "Valkey", Version: "7.1.0"}, nil, false, "Valkey 7.1.0; dlock needs Valkey 7.2 or newer"},
 	} {
-		err := checkVersion(tc.version, "", tc.cluster)
+		err := checkVersion(serverFacts{server: tc.server, shard: tc.shard}, tc.cluster)
 		switch {
 		case tc.want == "" && err != nil:
-			t.Errorf("checkVersion(%q, cluster %v) = %v, want nil", tc.version, tc.cluster, err)
+			t.Errorf("checkVersion(%v, shard %v, cluster %v) = %v, want nil", tc.server, tc.shard, tc.cluster, err)
 		case tc.want != "" && (!errors.Is(err, ErrUnsupportedServer) || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("checkVersion(%q, cluster %v) = %v, want ErrUnsupportedServer with %q", tc.version, tc.cluster, err, tc.want)
+			t.Errorf("checkVersion(%v, shard %v, cluster %v) = %v, want ErrUnsupportedServer with %q", tc.server, tc.shard, tc.cluster, err, tc.want)
+		}
+	}
+}
+
+// A server says what it is in INFO server: Valkey by valkey_version (its
+// redis_version is 7.2.4 for ever) or server_name, Redis otherwise.
+func TestIdentifyServer(t *testing.T) {
+	for _, tc := range []struct {
+		info string
+		want string
+	}{
+		{"redis_version:7.0.15\r\n", "Redis 7.0.15"},
+		{"redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n", "Valkey 8.0.1 (redis_version 7.2.4)"},
+		{"server_name:valkey\r\nredis_version:7.2.4\r\n", "Valkey 7.2.4"},
+		{"", "Redis (version not shown)"},
+	} {
+		s := serverreq.Identify(func(k string) string { return infoField(tc.info, k) })
+		if s.String() != tc.want {
+			t.Errorf("Identify(%q) = %q, want %q", tc.info, s, tc.want)
 		}
 	}
 }
@@ -407,7 +440,16 @@ func (v fakeVersion) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		for _, cmd := range cmds {
 			info, ok := cmd.(*redis.StringCmd)
 			if ok && cmd.Name() == "info" && len(cmd.Args()) == 2 && cmd.Args()[1] == "server" {
-				info.SetVal(strings.Replace(info.Val(), "redis_version:", "redis_version:"+string(v)+"\r\nreal_redis_version:", 1))
+				// An old Redis: on Valkey too, whose own version and name go.
+				val := strings.Replace(info.Val(), "redis_version:", "redis_version:"+string(v)+"\r\nreal_redis_version:", 1)
+				val = strings.NewReplacer("valkey_version:", "real_valkey_version:", "server_name:valkey", "server_name:redis").Replace(val)
+				info.SetVal(val)
+			}
+			// A Redis older than 7.0 does not know SPUBLISH either.
+			if c, ok := cmd.(*redis.Cmd); ok && cmd.Name() == "command" && len(cmd.Args()) == 3 && cmd.Args()[2] == "spublish" {
+				if pv, ok := parseVersion(string(v)); ok && older(pv, [2]int{7, 0}) {
+					c.SetVal([]any{nil})
+				}
 			}
 		}
 		return err

@@ -118,6 +118,9 @@ type nodeFacts struct {
 	infoErr error
 	config  map[string]string // CONFIG GET answers
 	confErr map[string]error
+	// shard is whether COMMAND INFO knows SPUBLISH, which a Cluster's
+	// hand-offs use; nil when the server refused to say.
+	shard *bool
 }
 
 var doctorConfig = []string{"maxmemory-policy", "maxmemory", "appendonly", "appendfsync", "save", "min-replicas-to-write", "min-replicas-max-lag"}
@@ -268,8 +271,13 @@ func gatherFacts(ctx context.Context, rdb redis.Cmdable) nodeFacts {
 	for i, p := range doctorConfig {
 		confs[i] = pipe.ConfigGet(ctx, p)
 	}
+	commands := pipe.Do(ctx, "command", "info", "spublish")
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	f := nodeFacts{info: map[string]string{}, config: map[string]string{}, confErr: map[string]error{}, infoErr: info.Err()}
+	if reply, ok := commands.Val().([]any); ok && commands.Err() == nil && len(reply) == 1 {
+		known := reply[0] != nil
+		f.shard = &known
+	}
 	for line := range strings.Lines(info.Val()) {
 		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
 			f.info[k] = v

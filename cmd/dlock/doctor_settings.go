@@ -8,26 +8,35 @@ import (
 	"github.com/dlock-go/dlock/internal/serverreq"
 )
 
-// checkVersion sets redis_version against the oldest dlock works with.
+// checkVersion names the server (Redis, Valkey) and checks its own
+// version against the oldest of its kind dlock works with, and, in a
+// Cluster, that it has the shard channels, as the library does (by COMMAND
+// INFO; by Redis' version when the server refused to say).
 func (d *doctorRun) checkVersion(n dataNode, f nodeFacts) {
-	version := f.info["redis_version"]
-	minV, why, what := serverreq.Min, serverreq.WhyMin, "dlock needs"
-	if d.cluster != nil {
-		minV, why, what = serverreq.MinCluster, serverreq.WhyMinCluster, "a Redis Cluster needs"
-	}
-	need := fmt.Sprintf("%s %d.%d or newer", what, minV[0], minV[1])
-	v, ok := serverreq.Parse(version)
+	s := serverreq.Identify(func(k string) string { return f.info[k] })
+	need := s.Need()
+	v, ok := serverreq.Parse(s.Version)
+	cluster := d.cluster != nil
+	minC := serverreq.MinCluster
 	switch {
-	case version == "":
-		d.add("version", statusWarn, n.addr, "cannot read redis_version ("+cannotRead(f.infoErr)+"); "+need,
+	case s.Version == "":
+		d.add("version", statusWarn, n.addr, "cannot read the server's version ("+cannotRead(f.infoErr)+"); "+need.Text(s),
 			"allow INFO to the user dlock connects as, or check the version with the provider")
 	case !ok:
-		d.add("version", statusWarn, n.addr, fmt.Sprintf("redis_version %q is not a version dlock can compare; %s", version, need), "")
-	case serverreq.Older(v, minV):
-		d.add("version", statusFail, n.addr, fmt.Sprintf("redis_version %s; %s (%s)", version, need, why),
-			fmt.Sprintf("upgrade Redis to %d.%d or newer", minV[0], minV[1]))
+		d.add("version", statusWarn, n.addr, fmt.Sprintf("%s: %q is not a version dlock can compare; %s", s.Name, s.Version, need.Text(s)), "")
+	case serverreq.Older(v, need.Min):
+		d.add("version", statusFail, n.addr, fmt.Sprintf("%s; %s (%s)", s, need.Text(s), need.Why),
+			fmt.Sprintf("upgrade %s to %d.%d or newer", s.Name, need.Min[0], need.Min[1]))
+	case cluster && f.shard != nil && !*f.shard:
+		d.add("version", statusFail, n.addr, fmt.Sprintf("%s has no SPUBLISH (COMMAND INFO); a Cluster needs it (%s)", s, serverreq.WhyMinCluster),
+			fmt.Sprintf("upgrade to Redis %d.%d or newer, or to Valkey", minC[0], minC[1]))
+	case cluster && f.shard == nil && s.Name == "Redis" && serverreq.Older(v, minC):
+		d.add("version", statusFail, n.addr, fmt.Sprintf("%s; a Redis Cluster needs Redis %d.%d or newer (%s)", s, minC[0], minC[1], serverreq.WhyMinCluster),
+			fmt.Sprintf("upgrade Redis to %d.%d or newer", minC[0], minC[1]))
+	case cluster:
+		d.add("version", statusOK, n.addr, fmt.Sprintf("%s; %s, with the shard channels a Cluster needs", s, need.Text(s)), "")
 	default:
-		d.add("version", statusOK, n.addr, fmt.Sprintf("redis_version %s; %s", version, need), "")
+		d.add("version", statusOK, n.addr, fmt.Sprintf("%s; %s", s, need.Text(s)), "")
 	}
 }
 

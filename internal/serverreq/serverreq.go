@@ -78,3 +78,59 @@ func EvictionRisk(policy string) (string, bool) {
 	return fmt.Sprintf("maxmemory-policy %s %s: an evicted lock is free, and a second client can take it while the first still holds it. Run %s (and set it in redis.conf or the provider's parameter group)",
 		policy, why, EvictionFix), true
 }
+
+// Server is what a server says it is in INFO server. Valkey reports
+// redis_version 7.2.4 for ever, for clients that compare it; its own
+// version is valkey_version (and server_name is valkey).
+type Server struct {
+	Name    string // "Redis" or "Valkey"
+	Version string // its own version; "" when it did not say
+	Compat  string // the redis_version a Valkey reports; "" for Redis
+}
+
+// Identify reads a server from INFO server's fields; field returns "" for
+// a field the reply does not have.
+func Identify(field func(key string) string) Server {
+	if v := field("valkey_version"); v != "" || strings.EqualFold(field("server_name"), "valkey") {
+		if v == "" {
+			v = field("redis_version")
+		}
+		return Server{Name: "Valkey", Version: v, Compat: field("redis_version")}
+	}
+	return Server{Name: "Redis", Version: field("redis_version")}
+}
+
+// String is "Redis 7.0.15", or "Valkey 8.0.1 (redis_version 7.2.4)".
+func (s Server) String() string {
+	v := s.Version
+	if v == "" {
+		v = "(version not shown)"
+	}
+	if s.Compat != "" && s.Compat != s.Version {
+		return fmt.Sprintf("%s %s (redis_version %s)", s.Name, v, s.Compat)
+	}
+	return s.Name + " " + v
+}
+
+// Need is the oldest version of a kind of server dlock works with.
+type Need struct {
+	Min [2]int
+	Why string
+}
+
+// Need returns the oldest version of s's kind that dlock works with, alone
+// or as a Cluster node. Every Valkey qualifies (its releases start at 7.2,
+// from Redis 7.2.4); in a Cluster, what the shard channels need is asked of
+// the server itself (COMMAND INFO SPUBLISH: ShardChannels), not read from
+// its version.
+func (s Server) Need() Need {
+	if s.Name == "Valkey" {
+		return Need{Min: [2]int{7, 2}, Why: "every Valkey release runs dlock's scripts"}
+	}
+	return Need{Min: Min, Why: WhyMin}
+}
+
+// Text is how a message says it: "dlock needs Redis 5.0 or newer".
+func (n Need) Text(s Server) string {
+	return fmt.Sprintf("dlock needs %s %d.%d or newer", s.Name, n.Min[0], n.Min[1])
+}
