@@ -9,14 +9,14 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Every Go module in the repository, nested ones too.
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
 
-.PHONY: demo test deps test-deps fmt-check tidy-check vet cross staticcheck release-check gotest bench torture
+.PHONY: demo test deps test-deps fmt-check tidy-check vet cross staticcheck release-check gotest valkey-test bench torture
 
 # cmd/dlock is a module of its own (its dependencies stay out of the root
 # module's users' builds): run it from its directory.
 demo: deps
 	cd cmd/dlock && $(GO) run . demo
 
-test: test-deps fmt-check tidy-check vet cross staticcheck release-check gotest
+test: test-deps fmt-check tidy-check vet cross staticcheck release-check gotest valkey-test
 
 # redis-server (and redis-cli, redis-sentinel for the topology tests) from
 # Debian's packages, only when missing.
@@ -28,6 +28,17 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools redis-sentinel >/dev/null; \
 	fi
 	@redis-server --version
+	@if ! command -v valkey-server >/dev/null || ! command -v valkey-cli >/dev/null; then \
+		echo "installing valkey-server from Debian's bookworm-backports suite (its name added to the Debian source entry)"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		src=/etc/apt/sources.list.d/debian.sources; \
+		if [ -f $$src ] && ! grep -q 'bookworm-backports' $$src; then \
+			$$SUDO sed -i 's/^Suites: bookworm bookworm-updates$$/Suites: bookworm bookworm-updates bookworm-backports/' $$src; \
+		fi; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq -t bookworm-backports valkey-server >/dev/null; \
+	fi
+	@valkey-server --version
 
 # Debian's Chromium, for the admin view's end-to-end browser test, and
 # PostgreSQL's programs, for examples/dbtx's tests on a throwaway cluster
@@ -95,6 +106,18 @@ release-check:
 
 gotest:
 	@set -e; for m in $(MODULES); do echo "go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...); done
+
+# What depends on the server runs again on Valkey: the scripts (protocol,
+# conformance on the Client and Redlock), pub/sub (hand-off, notify), and
+# replication, failover and Cluster (the topology tests), then the torture
+# short profile. Without -race: the race detector checks dlock's code, the
+# same on either server. Two WithReplicas timeout tests (50 s of waiting on
+# a go-redis read timeout, not on the server) run on Redis only.
+# One go test, so that the torture profile runs beside the other packages.
+VALKEY_RUN := TestConformance|TestProtocol|Handoff|HandOff|Sentinel|Cluster|Topology|Failover|Moved|Migrat|Notify|PubSub|Outage|Unavailable|Replica|Flavor|CheckServer|TestShortProfile$$
+VALKEY_SKIP := TestWithReplicasAcceptedWaitEndsInRedisAnswer|TestWithReplicasWaitNotBelowReadTimeout
+valkey-test: deps
+	DLOCK_TEST_SERVER=valkey $(GO) test -count=1 -timeout 15m -run '$(VALKEY_RUN)' -skip '$(VALKEY_SKIP)' . ./internal/redistest ./redlock ./election ./internal/torture
 
 bench: deps
 	cd bench && $(GO) run .
