@@ -27,7 +27,10 @@ import (
 // *dlock.NotObtainedError (matching dlock.ErrNotObtained; its HolderTTL is
 // the longest lease the busy nodes reported) when the lock is held
 // elsewhere and the nodes that failed leave a quorum reachable, matching
-// ErrNoQuorum when failed nodes make a quorum impossible. It returns as soon as a
+// ErrNoQuorum when failed nodes make a quorum impossible. A node that holds
+// the name as a semaphore (dlock Clients on it took dlock.WithPermits)
+// fails the attempt with an error matching dlock.ErrMismatch and
+// ErrNoQuorum, which Acquire does not wait out. It returns as soon as a
 // quorum is reached or out of reach, without waiting for slow nodes, and
 // when ctx ends.
 //
@@ -297,8 +300,12 @@ type tally struct {
 	// script error; not an outage): when they alone leave no quorum,
 	// waiting is for nothing.
 	lasting int
-	holder  time.Duration
-	errs    []error
+	// mismatch counts the nodes that hold the name as a semaphore: the
+	// attempt fails as a mismatch, whatever the other replies, as the
+	// Client's does (no wait turns a semaphore into a lock).
+	mismatch int
+	holder   time.Duration
+	errs     []error
 }
 
 func (t *tally) add(rep reply) {
@@ -309,6 +316,7 @@ func (t *tally) add(rep reply) {
 		// as a mismatch, not a busy holder to wait for.
 		rep.err = fmt.Errorf("%w: the name is held as a semaphore: %d of its WithPermits(%d) held",
 			dlock.ErrMismatch, g.SemHeld, g.SemPermits)
+		t.mismatch++
 	}
 	switch {
 	case rep.err != nil:
@@ -340,6 +348,13 @@ func (t *tally) decided() bool { return t.got >= t.quorum || t.failed > t.nodes-
 // N the first busy reply decides, before the other busy ones are in; with a
 // node down, its error often comes first.
 func (t *tally) failure(name string, left time.Duration) error {
+	if t.mismatch > 0 {
+		// Reported whichever replies decided the attempt, a busy one
+		// among them: waiting for the busy holder would end in "busy"
+		// at the wait's limit, on a name a quorum may never grant.
+		return opError("acquire", name, &lastingError{fmt.Errorf("%w: %d of %d nodes granted the lock, %d needed: %w",
+			ErrNoQuorum, t.got, t.nodes, t.quorum, errors.Join(t.errs...))})
+	}
 	if errs := t.failed - t.busy; t.busy > 0 && t.nodes-errs >= t.quorum {
 		return opError("acquire", name, lockerkit.NewNotObtainedError(name, t.holder, nil))
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redlock"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestToleratesMinorityDown(t *testing.T) {
@@ -232,5 +233,57 @@ func TestSemaphoreOnTheNodesIsAMismatch(t *testing.T) {
 	}
 	if waited := time.Since(start); waited > 10*time.Second {
 		t.Fatalf("Acquire waited %v for a mismatch no wait cures", waited)
+	}
+}
+
+// slowScripts holds every script reply of a node for d: its answers come
+// after the other nodes' have decided the attempt.
+type slowScripts struct{ d time.Duration }
+
+func (h slowScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			time.Sleep(h.d)
+		}
+		return err
+	}
+}
+func (h slowScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		time.Sleep(h.d)
+		return err
+	}
+}
+
+// A semaphore refusal counts whichever replies decide the attempt: with
+// one node busy and one a semaphore heard first (the third, a semaphore
+// too, slow), the attempt is a mismatch, not a busy lock that the wait
+// would wait out to its limit.
+func TestSemaphoreMismatchHeardBesideBusy(t *testing.T) {
+	_, rdbs := startNodes(t, 3)
+	for i, rdb := range rdbs {
+		c, err := dlock.New(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(bg)
+		opts := []dlock.AcquireOption{dlock.WithTTL(time.Minute)}
+		if i > 0 {
+			opts = append(opts, dlock.WithPermits(2))
+		}
+		l, err := c.TryAcquire(bg, "pool", opts...)
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		defer l.Release(bg)
+	}
+	rdbs[2].AddHook(slowScripts{d: 100 * time.Millisecond})
+	r := newRedlock(t, rdbs)
+	_, err := r.Acquire(bg, "pool", dlock.WithWait(20*time.Second))
+	if !errors.Is(err, dlock.ErrMismatch) || errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("Acquire with node 0 busy and nodes 1, 2 semaphores: %v; want ErrMismatch", err)
 	}
 }
