@@ -38,7 +38,19 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ac acquireConfig) 
 	}
 	defer c.own.End()
 	r := c.attempt(ctx, name, c.keys(name), ac, ac.newToken(), false, false)
-	return c.afterClose(ctx, name, r.lock, r.err)
+	return c.afterClose(ctx, name, r.lock, c.confirmSelf(r.err))
+}
+
+// confirmSelf keeps a busy error's self hint only when the holder is a lock
+// this Client holds, by its fence: two processes can write one owner text
+// (containers on the host's network, each its process 1). It walks the held
+// locks, so it runs once per error returned, not per busy reply.
+func (c *Client) confirmSelf(err error) error {
+	var ne *NotObtainedError
+	if errors.As(err, &ne) && ne.Self {
+		ne.Self = c.own.Holds(func(l *redisLock) bool { return l.name == ne.Name && l.fence == ne.holderFence })
+	}
+	return err
 }
 
 // Acquire takes the lock name, waiting while another holder has it: until
@@ -123,7 +135,7 @@ func (c *Client) acquire(ctx context.Context, name string, ac acquireConfig) (*r
 	k := c.keys(name)
 	if ac.wait == 0 {
 		r := c.attempt(ctx, name, k, ac, ac.newToken(), false, false)
-		return r.lock, r.err
+		return r.lock, c.confirmSelf(r.err)
 	}
 	w := &waiter{c: c, name: name, keys: k, ac: ac}
 	if !c.waitersOf(name) && !c.notify.active(k.Handoff, c.id) {
@@ -334,13 +346,9 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 	}
 	if !g.OK {
 		ttl := time.Duration(g.HolderTTL) * time.Millisecond
-		// Self is by the holder's fence, with the owner text as the cheap
-		// test first: two processes can write one owner text (containers
-		// on the host's network, each its process 1).
-		self := g.Kind == 'x' && g.Owner == owner && c.own.Holds(func(l *redisLock) bool {
-			return l.name == name && l.fence == g.HolderFence
-		})
-		b := busyInfo{ttl: ttl, g: g, self: self}
+		// The owner text says the holder may be this Client; confirmSelf
+		// makes sure, by the fence, when the error reaches the caller.
+		b := busyInfo{ttl: ttl, g: g, self: g.Kind == 'x' && g.Owner == owner}
 		return attemptResult{busy: true, holderTTL: ttl, holderFence: g.HolderFence, holder: b,
 			err: opError("acquire", name, b.notObtained(name))}
 	}
@@ -442,19 +450,19 @@ func (c *Client) gaveUp(ctx context.Context, name string, holder busyInfo) error
 	}
 	e := holder.notObtained(name)
 	e.cause, e.waited = ctx.Err(), ctx.Err() == nil
-	return opError("acquire", name, e)
+	return c.confirmSelf(opError("acquire", name, e))
 }
 
 // busyInfo is what the last busy reply said of the holder.
 type busyInfo struct {
 	ttl  time.Duration
 	g    node.Grant
-	self bool // the holder is a lock this Client holds
+	self bool // the holder's owner text is this attempt's: maybe this Client (confirmSelf)
 }
 
 // notObtained is the busy error of name with what b says of the holder.
 func (b busyInfo) notObtained(name string) *NotObtainedError {
-	e := &NotObtainedError{Name: name, HolderTTL: b.ttl, Owner: b.g.Owner, Waiters: b.g.Waiters, Self: b.self}
+	e := &NotObtainedError{Name: name, HolderTTL: b.ttl, Owner: b.g.Owner, Waiters: b.g.Waiters, Self: b.self, holderFence: b.g.HolderFence}
 	switch b.g.Kind {
 	case 'x':
 		e.Kind = KindExclusive

@@ -245,6 +245,8 @@ type NotObtainedError struct {
 
 	cause  error // the context's error, when it ended the wait
 	waited bool  // the wait limit ended the wait
+	// holderFence is the exclusive holder's fence, for confirmSelf.
+	holderFence int64
 	// late: the lock was granted, but the reply took this long, past the
 	// deadline of its lease: the grant was given back.
 	late, lease time.Duration
