@@ -135,7 +135,19 @@ func (w *waiter) sawOutage(err error) {
 		// A redirect a Cluster client could not follow: its slot map is
 		// in flux, which the wait's error reports as unavailable, as it
 		// does any outage (outage explains why a wait rides it out).
-		err = fmt.Errorf("%w: the Cluster's slot map is changing: %w", ErrUnavailable, err)
+		// Wrapped inside the *Error, whose operation and name the wait's
+		// error already says.
+		inner, oe := err, (*Error)(nil)
+		if errors.As(err, &oe) {
+			inner = oe.Err
+		}
+		inner = fmt.Errorf("%w: the Cluster's slot map is changing: %w", ErrUnavailable, inner)
+		if oe != nil {
+			cp := *oe
+			cp.Err = inner
+			inner = &cp
+		}
+		err = inner
 	}
 	w.outage = err
 }

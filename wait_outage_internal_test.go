@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -18,11 +19,19 @@ func (movedError) RedisError()     {}
 // MOVED alone is no unavailability (a client of one node that meets it is
 // misconfigured: clusterHint).
 func TestWaitEndedInRedirectsIsUnavailable(t *testing.T) {
-	w := &waiter{}
-	w.sawOutage(movedError("MOVED 3999 127.0.0.1:7001"))
-	ne := &NotObtainedError{Name: "x", waited: true}
-	err := opError("acquire", "x", ne.DuringOutage(w.outage, time.Second))
-	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrNotObtained) {
-		t.Fatalf("a wait that ended riding out MOVED: %v; want ErrNotObtained and ErrUnavailable", err)
+	for _, moved := range []error{
+		movedError("MOVED 3999 127.0.0.1:7001"),
+		opError("acquire", "x", movedError("MOVED 3999 127.0.0.1:7001")), // as an attempt reports it
+	} {
+		w := &waiter{}
+		w.sawOutage(moved)
+		ne := &NotObtainedError{Name: "x", waited: true}
+		err := opError("acquire", "x", ne.DuringOutage(w.outage, time.Second))
+		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("a wait that ended riding out MOVED: %v; want ErrNotObtained and ErrUnavailable", err)
+		}
+		if n := strings.Count(err.Error(), `acquire "x"`); n != 1 {
+			t.Errorf("%q names the acquisition %d times, want once", err, n)
+		}
 	}
 }
