@@ -11,14 +11,14 @@ import (
 	"github.com/dlock-go/dlock/internal/node"
 )
 
-// Kinds of lock, in LockInfo.Kind.
+// Kinds of lock, in inspect.LockInfo.Kind and NotObtainedError.Kind.
 const (
 	KindExclusive = "exclusive" // one holder (an acquisition without WithShared)
 	KindShared    = "shared"    // readers (WithShared)
 	KindSemaphore = "semaphore" // permits of a name (WithPermits)
 )
 
-// maxQueueShown bounds LockInfo.Queue: an operator reads the head of a line;
+// maxQueueShown bounds inspect.LockInfo.Queue: an operator reads the head of a line;
 // Waiters has its length.
 const maxQueueShown = 100
 

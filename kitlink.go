@@ -20,7 +20,7 @@ func init() {
 		}
 		return kit.Settings{TTL: ac.ttl, Wait: ac.wait, Renew: ac.renew, MaxHold: ac.maxHold, MinHold: ac.minHold,
 			Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, Reentrant: ac.reentrant, HoldWarning: ac.holdWarn,
-			Owner: ac.owner, Shared: ac.shared, SkipWriters: ac.skipWriters, Permits: ac.permits}, nil
+			Owner: ac.owner, Shared: ac.shared, NoWriterPriority: ac.skipWriters, Permits: ac.permits}, nil
 	}
 	kit.CheckTTL = func(ttl time.Duration, b kit.Bounds) error { return checkTTL(ttl, b.Min, b.Max) }
 	kit.CheckReentry = func(ctx context.Context, name string, mine any) error {

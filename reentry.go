@@ -81,7 +81,7 @@ func reenter(ctx context.Context, name string, wantShared bool, permits int, min
 	return nil, nil
 }
 
-// covers says why a nested acquisition with s cannot share r, or "" when it
+// covers says why a nested acquisition of the kind shared/permits cannot share r, or "" when it
 // can: a read may share a write lock (the writer excludes everyone), but a
 // write may not share a read lock, and a permit is neither.
 func (r *reentry) covers(shared bool, permits int) string {

@@ -20,7 +20,7 @@ func (e *entry) admits(s lockerkit.AcquireSettings) bool {
 	if !s.Shared || e.holder != nil || len(e.readers) == 0 {
 		return false
 	}
-	return s.SkipWriters || !slices.ContainsFunc(e.waiters, func(w *waiter) bool { return !w.settings.Shared })
+	return s.NoWriterPriority || !slices.ContainsFunc(e.waiters, func(w *waiter) bool { return !w.settings.Shared })
 }
 
 // held reports whether anybody holds the name. Locker.mu must be held.

@@ -57,10 +57,10 @@ type AcquireSettings struct {
 	// Owner is WithOwner's text; "" means the Locker's own.
 	Owner string
 	// Shared is WithShared's: a read lock. A Locker without read locks
-	// refuses it with dlock.ErrInvalidOption. SkipWriters is
+	// refuses it with dlock.ErrInvalidOption. NoWriterPriority is
 	// WithoutWriterPriority's.
-	Shared      bool
-	SkipWriters bool
+	Shared           bool
+	NoWriterPriority bool
 	// Permits is WithPermits' n: the acquisition takes one of n permits of
 	// the name. 0 for an exclusive lock. A Locker without semaphores refuses
 	// a non-zero value with dlock.ErrInvalidOption.

@@ -13,19 +13,19 @@ import (
 // Settings mirrors lockerkit.AcquireSettings field for field, so that one
 // converts to the other.
 type Settings struct {
-	TTL            time.Duration
-	Wait           time.Duration
-	Renew          bool
-	MaxHold        time.Duration
-	MinHold        time.Duration
-	Replicas       int
-	ReplicaTimeout time.Duration
-	Reentrant      bool
-	HoldWarning    time.Duration
-	Owner          string
-	Shared         bool
-	SkipWriters    bool
-	Permits        int
+	TTL              time.Duration
+	Wait             time.Duration
+	Renew            bool
+	MaxHold          time.Duration
+	MinHold          time.Duration
+	Replicas         int
+	ReplicaTimeout   time.Duration
+	Reentrant        bool
+	HoldWarning      time.Duration
+	Owner            string
+	Shared           bool
+	NoWriterPriority bool
+	Permits          int
 }
 
 // Bounds mirrors lockerkit.TTLBounds.

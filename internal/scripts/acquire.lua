@@ -17,7 +17,7 @@
 -- message with a fence not above it was sent before this attempt ran, and
 -- is stale; the rest names the holder: see holder_reply in common.lua), and
 -- {0, -3, 0} for a token its client gave up on, and {0, -7, n, held} when
--- held permits of the name's semaphore (Permits(n)) keep it.
+-- held permits of the name's semaphore (WithPermits(n)) keep it.
 --
 -- The free path is eight commands (GET, HMGET, TIME, ZCOUNT, GET, SET, HSET,
 -- PEXPIRE): it is the path every uncontended lock takes.

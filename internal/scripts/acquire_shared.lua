@@ -1,6 +1,6 @@
 -- acquire_shared: take a read lock; see the reader layout in common.lua.
 -- KEYS and ARGV as acquire.lua, and ARGV[8] '1' to join readers even while
--- a live writer waits in line (SkipWaitingWriters).
+-- a live writer waits in line (WithoutWriterPriority).
 -- Replies as acquire.lua: {1, fence}, {0, pttl, holder fence, ...} (see
 -- holder_reply in common.lua), {0, -3, 0}, {0, -7, n, held}.
 -- When busy because a writer waits ahead, pttl is what is left of the

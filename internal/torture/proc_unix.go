@@ -24,6 +24,3 @@ func Now() int64 {
 // or a VM freeze, as the holder lives it.
 func pause(p *os.Process) error  { return p.Signal(syscall.SIGSTOP) }
 func resume(p *os.Process) error { return p.Signal(syscall.SIGCONT) }
-
-// Unsupported says why the torture suite cannot run here; nil on a Unix.
-func Unsupported() error { return nil }

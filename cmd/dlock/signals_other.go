@@ -1,3 +1,5 @@
+//go:build !unix
+
 package main
 
 import (
@@ -8,7 +10,7 @@ import (
 	"time"
 )
 
-// Windows has no Ctrl-Z stop, no process groups to signal and no SIGSTOP:
+// Outside Unix (Windows) there is no Ctrl-Z stop, no process groups to signal and no SIGSTOP:
 // the commands that need them (run, demo, torture) refuse up front with
 // unixOnly, so these are never reached there.
 func ignoreStop()          {}
