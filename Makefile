@@ -107,17 +107,17 @@ release-check:
 gotest:
 	@set -e; for m in $(MODULES); do echo "go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...); done
 
-# What depends on the server runs again on Valkey: the scripts (protocol,
+# What depends on the server runs again on Valkey: the scripts (protocol, NOSCRIPT,
 # conformance on the Client and Redlock), pub/sub (hand-off, notify), and
 # replication, failover and Cluster (the topology tests), then the torture
 # short profile. Without -race: the race detector checks dlock's code, the
 # same on either server. Two WithReplicas timeout tests (50 s of waiting on
 # a go-redis read timeout, not on the server) run on Redis only.
 # One go test, so that the torture profile runs beside the other packages.
-VALKEY_RUN := TestConformance|TestProtocol|Handoff|HandOff|Sentinel|Cluster|Topology|Failover|Moved|Migrat|Notify|PubSub|Outage|Unavailable|Replica|Flavor|CheckServer|TestShortProfile$$
+VALKEY_RUN := TestConformance|TestProtocol|ScriptFlush|NoScript|Handoff|HandOff|Sentinel|Cluster|Topology|Failover|Moved|Migrat|Notify|PubSub|Outage|Unavailable|Replica|Flavor|CheckServer|TestShortProfile$$
 VALKEY_SKIP := TestWithReplicasAcceptedWaitEndsInRedisAnswer|TestWithReplicasWaitNotBelowReadTimeout
 valkey-test: deps
-	DLOCK_TEST_SERVER=valkey $(GO) test -count=1 -timeout 15m -run '$(VALKEY_RUN)' -skip '$(VALKEY_SKIP)' . ./internal/redistest ./redlock ./election ./internal/torture
+	DLOCK_TEST_SERVER=valkey $(GO) test -count=1 -timeout 15m -run '$(VALKEY_RUN)' -skip '$(VALKEY_SKIP)' . ./internal/node ./internal/redistest ./redlock ./election ./internal/torture
 
 bench: deps
 	cd bench && $(GO) run .
