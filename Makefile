@@ -1,7 +1,8 @@
 # Two commands matter on a fresh machine:
 #   make demo   runs `dlock demo` (naive lock vs dlock) against a throwaway redis-server
 #   make test   runs every check CI runs
-# Both install what they need (redis-server from Debian's packages) first.
+# Both install what they need first: redis-server from Debian's packages; for make
+# test also valkey-server (bookworm-backports), chromium and postgresql.
 
 SHELL := /bin/bash
 GO ?= go
@@ -9,7 +10,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Every Go module in the repository, nested ones too.
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
 
-.PHONY: demo test deps test-deps fmt-check tidy-check vet cross staticcheck release-check gotest valkey-test bench torture
+.PHONY: demo test deps valkey-deps test-deps fmt-check tidy-check vet cross staticcheck release-check gotest valkey-test bench torture
 
 # cmd/dlock is a module of its own (its dependencies stay out of the root
 # module's users' builds): run it from its directory.
@@ -28,6 +29,11 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools redis-sentinel >/dev/null; \
 	fi
 	@redis-server --version
+
+# Valkey, for the suites make test runs on it too (valkey-test): from
+# Debian's bookworm-backports suite, whose name is added to the machine's
+# Debian source entry (backports are installed only when asked for with -t).
+valkey-deps:
 	@if ! command -v valkey-server >/dev/null || ! command -v valkey-cli >/dev/null; then \
 		echo "installing valkey-server from Debian's bookworm-backports suite (its name added to the Debian source entry)"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -43,7 +49,7 @@ deps:
 # Debian's Chromium, for the admin view's end-to-end browser test, and
 # PostgreSQL's programs, for examples/dbtx's tests on a throwaway cluster
 # (they look in /usr/lib/postgresql/*/bin too, where Debian puts them).
-test-deps: deps
+test-deps: deps valkey-deps
 	@if ! command -v chromium >/dev/null; then \
 		echo "installing chromium from Debian's packages (browser test of the admin view)"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -116,7 +122,7 @@ gotest:
 # One go test, so that the torture profile runs beside the other packages.
 VALKEY_RUN := TestConformance|TestProtocol|ScriptFlush|NoScript|Handoff|HandOff|Sentinel|Cluster|Topology|Failover|Moved|Migrat|Notify|PubSub|Outage|Unavailable|Replica|Flavor|CheckServer|TestShortProfile$$
 VALKEY_SKIP := TestWithReplicasAcceptedWaitEndsInRedisAnswer|TestWithReplicasWaitNotBelowReadTimeout
-valkey-test: deps
+valkey-test: valkey-deps
 	DLOCK_TEST_SERVER=valkey $(GO) test -count=1 -timeout 15m -run '$(VALKEY_RUN)' -skip '$(VALKEY_SKIP)' . ./internal/node ./internal/redistest ./redlock ./election ./internal/torture
 
 bench: deps
