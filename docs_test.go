@@ -37,24 +37,8 @@ func TestReadmeCodeBlocksAreTested(t *testing.T) {
 func checkGoBlocks(t *testing.T, pages []string) {
 	t.Helper()
 	var sources [][]string
-	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && p != "." && strings.HasPrefix(d.Name(), ".") {
-			return filepath.SkipDir
-		}
-		if !d.IsDir() && strings.HasSuffix(p, ".go") {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			sources = append(sources, codeLines(string(b)))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	for _, src := range repoFiles(t, ".go") {
+		sources = append(sources, codeLines(src))
 	}
 	blocks := 0
 	for _, page := range pages {
@@ -201,27 +185,7 @@ var exampleName = regexp.MustCompile("`(Example[A-Za-z0-9_]*)`")
 func TestNamedExamplesExist(t *testing.T) {
 	pages, _ := filepath.Glob("docs/*.md")
 	pages = append(pages, "README.md", "cmd/dlock/README.md")
-	var tests strings.Builder
-	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && p != "." && strings.HasPrefix(d.Name(), ".") {
-			return filepath.SkipDir
-		}
-		if !d.IsDir() && strings.HasSuffix(p, "_test.go") {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			tests.Write(b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := tests.String()
+	all := strings.Join(repoFiles(t, "_test.go"), "\n")
 	named := 0
 	for _, page := range pages {
 		b, err := os.ReadFile(page)
@@ -238,4 +202,31 @@ func TestNamedExamplesExist(t *testing.T) {
 	if named == 0 {
 		t.Fatal("no Example named in the docs: the pattern no longer matches their prose")
 	}
+}
+
+// repoFiles returns the contents of the repository's files whose names end
+// with suffix, hidden directories left out.
+func repoFiles(t *testing.T, suffix string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != "." && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(p, suffix) {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			out = append(out, string(b))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

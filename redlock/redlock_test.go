@@ -210,18 +210,7 @@ func TestAcquireOwner(t *testing.T) {
 // Redlock's busy holder.
 func TestSemaphoreOnTheNodesIsAMismatch(t *testing.T) {
 	_, rdbs := startNodes(t, 3)
-	for i, rdb := range rdbs {
-		c, err := dlock.New(rdb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(bg)
-		p, err := c.TryAcquire(bg, "pool", dlock.WithPermits(2), dlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatalf("permit on node %d: %v", i, err)
-		}
-		defer p.Release(bg)
-	}
+	holdOnNodes(t, rdbs, "pool", 2, 2, 2)
 	r := newRedlock(t, rdbs)
 	if _, err := r.TryAcquire(bg, "pool"); !errors.Is(err, dlock.ErrMismatch) || errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("TryAcquire of a name held as a semaphore: %v; want ErrMismatch, not busy", err)
@@ -264,26 +253,32 @@ func (h slowScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // would wait out to its limit.
 func TestSemaphoreMismatchHeardBesideBusy(t *testing.T) {
 	_, rdbs := startNodes(t, 3)
-	for i, rdb := range rdbs {
-		c, err := dlock.New(rdb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(bg)
-		opts := []dlock.AcquireOption{dlock.WithTTL(time.Minute)}
-		if i > 0 {
-			opts = append(opts, dlock.WithPermits(2))
-		}
-		l, err := c.TryAcquire(bg, "pool", opts...)
-		if err != nil {
-			t.Fatalf("node %d: %v", i, err)
-		}
-		defer l.Release(bg)
-	}
+	holdOnNodes(t, rdbs, "pool", 0, 2, 2)
 	rdbs[2].AddHook(slowScripts{d: 100 * time.Millisecond})
 	r := newRedlock(t, rdbs)
 	_, err := r.Acquire(bg, "pool", dlock.WithWait(20*time.Second))
 	if !errors.Is(err, dlock.ErrMismatch) || errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("Acquire with node 0 busy and nodes 1, 2 semaphores: %v; want ErrMismatch", err)
+	}
+}
+
+// holdOnNodes takes name on each node with a dlock Client of its own, for
+// the test's length: exclusively where permits[i] is 0, else one of
+// permits[i] permits.
+func holdOnNodes(t *testing.T, rdbs []redis.UniversalClient, name string, permits ...int) {
+	t.Helper()
+	for i, rdb := range rdbs {
+		c, err := dlock.New(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(bg) })
+		opts := []dlock.AcquireOption{dlock.WithTTL(time.Minute)}
+		if permits[i] > 0 {
+			opts = append(opts, dlock.WithPermits(permits[i]))
+		}
+		if _, err := c.TryAcquire(bg, name, opts...); err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
 	}
 }
