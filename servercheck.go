@@ -19,7 +19,6 @@ import (
 // What dlock needs of a server lives in serverreq, which dlock doctor
 // reports from too.
 var (
-	minVersion        = serverreq.Min
 	minClusterVersion = serverreq.MinCluster
 	parseVersion      = serverreq.Parse
 	older             = serverreq.Older
