@@ -10,7 +10,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Every Go module in the repository, nested ones too.
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
 
-.PHONY: demo test deps valkey-deps test-deps fmt-check tidy-check vet cross staticcheck release-check gotest valkey-test bench torture
+.PHONY: demo test deps valkey-deps test-deps fmt-check tidy-check vet cross staticcheck release-check gotest valkey-test valkey-suites valkey-torture bench torture
 
 # cmd/dlock is a module of its own (its dependencies stay out of the root
 # module's users' builds): run it from its directory.
@@ -91,13 +91,13 @@ vet:
 	@set -e; for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...); done
 
 # Other platforms stay buildable: every module, its tests included (go vet
-# compiles them), for macOS and for Windows, where the CLI's run, demo and
-# torture refuse (they need process groups and SIGSTOP) and the tests that
-# stop processes fail. bench is a Linux measuring tool (getrusage, per-process
-# CPU of the servers): not for Windows.
+# compiles them), for macOS; for Windows the two modules with per-OS code
+# (the root module, with the library, its tests and the torture suite, and
+# the CLI, whose run, demo and torture refuse there: they need process
+# groups and SIGSTOP). The integrations' modules have none of their own.
 cross:
 	@set -e; for m in $(MODULES); do echo "go vet, darwin/arm64 ($$m)"; (cd $$m && GOOS=darwin GOARCH=arm64 $(GO) vet ./...); done
-	@set -e; for m in $(filter-out ./bench,$(MODULES)); do echo "go vet, windows/amd64 ($$m)"; (cd $$m && GOOS=windows GOARCH=amd64 $(GO) vet ./...); done
+	@set -e; for m in . ./cmd/dlock; do echo "go vet, windows/amd64 ($$m)"; (cd $$m && GOOS=windows GOARCH=amd64 $(GO) vet ./...); done
 
 staticcheck:
 	@set -e; for m in $(MODULES); do echo "staticcheck ($$m)"; (cd $$m && $(GO) run $(STATICCHECK) ./...); done
@@ -113,17 +113,27 @@ release-check:
 gotest:
 	@set -e; for m in $(MODULES); do echo "go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...); done
 
-# What depends on the server runs again on Valkey: the scripts (protocol, NOSCRIPT,
-# conformance on the Client and Redlock), pub/sub (hand-off, notify), and
-# replication, failover and Cluster (the topology tests), then the torture
-# short profile. Without -race: the race detector checks dlock's code, the
-# same on either server. Two WithReplicas timeout tests (50 s of waiting on
-# a go-redis read timeout, not on the server) run on Redis only.
-# One go test, so that the torture profile runs beside the other packages.
-VALKEY_RUN := TestConformance|TestProtocol|ScriptFlush|NoScript|Handoff|HandOff|Sentinel|Cluster|Topology|Failover|Moved|Migrat|Notify|PubSub|Outage|Unavailable|Replica|Flavor|CheckServer|TestShortProfile$$
-VALKEY_SKIP := TestWithReplicasAcceptedWaitEndsInRedisAnswer|TestWithReplicasWaitNotBelowReadTimeout
+# What depends on the server runs again on Valkey: the scripts (protocol,
+# NOSCRIPT, conformance on the Client and Redlock), pub/sub (hand-off,
+# notify), replication, failover and Cluster (the topology tests), and the
+# torture short profile's rows whose faults reach the server (restart,
+# eviction, forced unlock, the lock family, Redlock). Without -race: the race
+# detector checks dlock's code, the same on either server. Left to the Redis
+# run: tests of dlock's own timers and connections (WithReplicas' read
+# timeouts, hung pub/sub connections, the failover timings), and the rows
+# whose faults are the workers' or the network's (kill, pause, blackhole,
+# latency, reset). The two halves run side by side.
+VALKEY_RUN := TestConformance|TestProtocol|ScriptFlush|NoScript|Handoff|HandOff|Sentinel|Cluster|Topology|Failover|Moved|Migrat|Notify|PubSub|Outage|Unavailable|Replica|Flavor|CheckServer
+VALKEY_SKIP := TestWithReplicasAcceptedWaitEndsInRedisAnswer|TestWithReplicasWaitNotBelowReadTimeout|Measured|HungPubSub|TestCloseDuringPubSubRepair
+VALKEY_ROWS := ^(restart-aof|restart-empty|evict|force-unlock|mixed|semaphore|shared|election|redlock-3|redlock-5)$$
 valkey-test: valkey-deps
-	DLOCK_TEST_SERVER=valkey $(GO) test -count=1 -timeout 15m -run '$(VALKEY_RUN)' -skip '$(VALKEY_SKIP)' . ./internal/node ./internal/redistest ./redlock ./election ./internal/torture
+	@$(MAKE) --no-print-directory -j2 --output-sync=target valkey-suites valkey-torture
+
+valkey-suites:
+	DLOCK_TEST_SERVER=valkey $(GO) test -count=1 -timeout 15m -run '$(VALKEY_RUN)' -skip '$(VALKEY_SKIP)' . ./internal/node ./internal/redistest ./redlock
+
+valkey-torture:
+	DLOCK_TEST_SERVER=valkey $(GO) test -count=1 -timeout 15m -run 'TestShortProfile/$(VALKEY_ROWS)' ./internal/torture
 
 bench: deps
 	cd bench && $(GO) run .
