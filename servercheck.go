@@ -203,7 +203,7 @@ func probe(ctx context.Context, rdb redis.Cmdable) (serverFacts, error) {
 	config := pipe.ConfigGet(ctx, "maxmemory-policy")
 	// What the server can do is asked of it, not read from its version:
 	// forks and builds report versions that say little.
-	commands := pipe.Do(ctx, "command", "info", "spublish")
+	commands := pipe.Do(ctx, serverreq.ShardChannelsCommand...)
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	for _, err := range []error{server.Err(), memory.Err(), config.Err(), commands.Err()} {
 		// A refusal (unknown command, NOPERM) is an answer; anything else
@@ -217,10 +217,7 @@ func probe(ctx context.Context, rdb redis.Cmdable) (serverFacts, error) {
 		server: serverreq.Identify(func(k string) string { return infoField(server.Val(), k) }),
 		policy: config.Val()["maxmemory-policy"],
 	}
-	if reply, ok := commands.Val().([]any); ok && commands.Err() == nil && len(reply) == 1 {
-		known := reply[0] != nil
-		f.shard = &known
-	}
+	f.shard = serverreq.ShardChannels(commands.Val(), commands.Err())
 	if f.policy == "" {
 		f.policy = infoField(memory.Val(), "maxmemory_policy")
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dlock-go/dlock/internal/serverreq"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 )
@@ -271,13 +272,10 @@ func gatherFacts(ctx context.Context, rdb redis.Cmdable) nodeFacts {
 	for i, p := range doctorConfig {
 		confs[i] = pipe.ConfigGet(ctx, p)
 	}
-	commands := pipe.Do(ctx, "command", "info", "spublish")
+	commands := pipe.Do(ctx, serverreq.ShardChannelsCommand...)
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	f := nodeFacts{info: map[string]string{}, config: map[string]string{}, confErr: map[string]error{}, infoErr: info.Err()}
-	if reply, ok := commands.Val().([]any); ok && commands.Err() == nil && len(reply) == 1 {
-		known := reply[0] != nil
-		f.shard = &known
-	}
+	f.shard = serverreq.ShardChannels(commands.Val(), commands.Err())
 	for line := range strings.Lines(info.Val()) {
 		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
 			f.info[k] = v

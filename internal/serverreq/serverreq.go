@@ -134,3 +134,19 @@ func (s Server) Need() Need {
 func (n Need) Text(s Server) string {
 	return fmt.Sprintf("dlock needs %s %d.%d or newer", s.Name, n.Min[0], n.Min[1])
 }
+
+// ShardChannelsCommand is the COMMAND INFO query whose answer ShardChannels
+// reads: pipelined with the INFO and CONFIG reads of a check.
+var ShardChannelsCommand = []any{"command", "info", "spublish"}
+
+// ShardChannels reads the answer to ShardChannelsCommand: whether the server
+// knows SPUBLISH, or nil when it refused to say (NOPERM, an old server
+// without COMMAND INFO).
+func ShardChannels(val any, err error) *bool {
+	reply, ok := val.([]any)
+	if err != nil || !ok || len(reply) != 1 {
+		return nil
+	}
+	known := reply[0] != nil
+	return &known
+}
