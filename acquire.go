@@ -170,6 +170,9 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 		err = c.checkReplicaWait(ac)
 	}
 	if err == nil {
+		err = c.checkDurable(ac)
+	}
+	if err == nil {
 		err = c.checkUsable(ctx)
 	}
 	if err != nil {
@@ -290,7 +293,7 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		owner = ac.owner // WithOwner; a queue entry keeps it for a hand-off
 	}
 	sent := time.Now()
-	res, acked, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.firstLease(), Owner: owner,
+	res, ack, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.firstLease(), Owner: owner,
 		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime,
 		SkipWriters: ac.skipWriters, Permits: ac.permits, Sharded: c.notify.channels.sharded()}))
 	if err != nil {
@@ -352,9 +355,10 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		return attemptResult{busy: true, holderTTL: ttl, holderFence: g.HolderFence, holder: b,
 			err: opError("acquire", name, b.notObtained(name))}
 	}
-	// Too few replicas is reported as such (the WAIT that came with the
-	// script may itself have made the reply late).
-	short := ac.replicas > 0 && acked < int64(ac.replicas)
+	// Too few replicas, or no disk confirmation, is reported as such (the
+	// WAIT or WAITAOF that came with the script may itself have made the
+	// reply late).
+	short := !ack.confirmed(ac)
 	if took := time.Since(sent); !short && !time.Now().Before(leaseEnd(sent, ac.ttl)) {
 		// The reply came after the lease's deadline (the process stalled
 		// between send and read, or the network did): another client may
@@ -366,32 +370,32 @@ func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acqui
 		return attemptResult{late: true, err: opError("acquire", name, &NotObtainedError{Name: name, late: took, lease: ac.ttl})}
 	}
 	l := c.newLock(ctx, name, k, token, g.Fence, ac, sent)
-	if ac.replicas > 0 {
-		if err := c.checkReplicated(ctx, l, ac, acked); err != nil {
-			return attemptResult{err: err, unreplicated: true}
-		}
+	if err := c.checkReplicated(ctx, l, ac, ack); err != nil {
+		// A refusal of WAITAOF is for good; a wait that timed out may be
+		// over on a later attempt.
+		return attemptResult{err: err, unreplicated: ack.refused == nil}
 	}
 	return attemptResult{lock: l}
 }
 
 // sendAcquire runs the acquire script; with WithReplicas, WAIT follows it in
-// one pipeline on one connection, since Redis refuses WAIT inside a script
-// and WAIT counts the writes of the connection it is sent on. acked is the
-// number of replicas that acknowledged.
-func (c *Client) sendAcquire(ctx context.Context, k node.Keys, ac acquireConfig, call node.Call) (res []any, acked int64, err error) {
-	if ac.replicas == 0 {
+// one pipeline on one connection (WAITAOF with WithDurableGrant), since
+// Redis refuses WAIT inside a script and WAIT counts the writes of the
+// connection it is sent on. ack is what the wait confirmed.
+func (c *Client) sendAcquire(ctx context.Context, k node.Keys, ac acquireConfig, call node.Call) (res []any, ack waitAck, err error) {
+	if !ac.waits() {
 		res, err = c.batch.Run(ctx, call).Slice()
-		return res, 0, err
+		return res, ack, err
 	}
-	reply, acked, err := c.withWait(ctx, k.Lock, ac, call)
+	reply, ack, err := c.withWait(ctx, k.Lock, ac, call)
 	if err != nil {
-		return nil, 0, err
+		return nil, ack, err
 	}
 	res, ok := reply.([]any)
 	if !ok {
-		return nil, 0, fmt.Errorf("unexpected reply %v", reply)
+		return nil, ack, fmt.Errorf("unexpected reply %v", reply)
 	}
-	return res, acked, nil
+	return res, ack, nil
 }
 
 // isServerReply reports whether err is an error reply of Redis: the command

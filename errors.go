@@ -87,6 +87,12 @@ var (
 	// *ReplicaError.
 	ErrNotReplicated = errors.New("dlock: not replicated")
 
+	// ErrNotDurable: WithDurableGrant asked for a grant on disk that the
+	// server did not confirm in time, or refused to confirm (AOF off). The
+	// lock was released again; the error wraps a *DurableError. A Refresh
+	// of such a lock that is not confirmed returns it too.
+	ErrNotDurable = errors.New("dlock: not durable")
+
 	// ErrMismatch: the name is in use in a way this acquisition does not
 	// agree with: a semaphore acquisition (WithPermits) on a name held as an
 	// exclusive lock, or with another number of permits than the holders'.
@@ -186,7 +192,7 @@ func (c *Client) outage(err error) bool {
 	if errors.Is(err, redis.ErrClosed) {
 		return false
 	}
-	if unavailable(err) || errors.Is(err, ErrNotReplicated) {
+	if unavailable(err) || errors.Is(err, ErrNotReplicated) || (errors.Is(err, ErrNotDurable) && !durableRefused(err)) {
 		return true
 	}
 	_, cluster := c.rdb.(*redis.ClusterClient)
@@ -271,6 +277,9 @@ func (e *NotObtainedError) Error() string {
 		if errors.Is(what, ErrNotReplicated) {
 			why = "too few replicas acknowledged its grants, each released,"
 		}
+		if errors.Is(what, ErrNotDurable) {
+			why = "the server did not confirm its grants on disk, each released,"
+		}
 		msg := fmt.Sprintf("dlock: not obtained: %s for its last %v (%s)",
 			why, e.outageFor.Round(time.Millisecond), strings.TrimPrefix(what.Error(), "dlock: "))
 		if e.cause != nil {
@@ -331,7 +340,8 @@ func (e *NotObtainedError) Is(target error) bool { return target == ErrNotObtain
 // Unwrap returns the context's error when it ended the wait, or the last
 // error of an outage the wait was riding out when it ended (which matches
 // ErrUnavailable, or ErrNotReplicated when too few replicas acknowledged
-// its grants: WithReplicas), or both joined.
+// its grants: WithReplicas, or ErrNotDurable when the server did not
+// confirm them on disk: WithDurableGrant), or both joined.
 func (e *NotObtainedError) Unwrap() error {
 	switch {
 	case e.outage == nil:
@@ -381,4 +391,11 @@ func redisError(err error) error {
 		return &wrongTypeError{err: err}
 	}
 	return err
+}
+
+// durableRefused reports whether err is a server's refusal of WAITAOF
+// (WithDurableGrant with AOF off): for good, not an outage to wait out.
+func durableRefused(err error) bool {
+	var de *DurableError
+	return errors.As(err, &de) && de.Refused != ""
 }

@@ -19,7 +19,7 @@ func init() {
 			return kit.Settings{}, opError("acquire", name, err)
 		}
 		return kit.Settings{TTL: ac.ttl, Wait: ac.wait, Renew: ac.renew, MaxHold: ac.maxHold, MinHold: ac.minHold,
-			Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, Reentrant: ac.reentrant, HoldWarning: ac.holdWarn,
+			Replicas: ac.replicas, ReplicaTimeout: ac.replicaWait, DurableGrant: ac.durable, Reentrant: ac.reentrant, HoldWarning: ac.holdWarn,
 			Owner: ac.owner, Shared: ac.shared, NoWriterPriority: ac.skipWriters, Permits: ac.permits}, nil
 	}
 	kit.CheckTTL = func(ttl time.Duration, b kit.Bounds) error { return checkTTL(ttl, b.Min, b.Max) }

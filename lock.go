@@ -33,6 +33,9 @@ type redisLock struct {
 	maxHold time.Duration // WithMaxHold, or 0
 	minHold time.Duration // WithMinHold, or 0
 	hold    time.Time     // no lease beyond this when maxHold is set
+	// durable is WithDurableGrant's timeout: renewals and refreshes are
+	// confirmed on disk (WAITAOF) before they extend the lease; 0: not.
+	durable time.Duration
 
 	holdWarn time.Duration // report a hold this long (WithHoldWarning); 0: never
 	warned   atomic.Bool   // reported: once per lock
@@ -97,7 +100,8 @@ const (
 
 func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token string, fence int64, ac acquireConfig, sent time.Time) *redisLock {
 	l := &redisLock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, start: sent, ttl: ac.ttl,
-		leased: sent, until: leaseEnd(sent, ac.ttl), served: sent.Add(ac.ttl), asked: sent.Add(ac.ttl), minHold: ac.minHold}
+		leased: sent, until: leaseEnd(sent, ac.ttl), served: sent.Add(ac.ttl), asked: sent.Add(ac.ttl), minHold: ac.minHold,
+		durable: ac.durable}
 	if ac.maxHold > 0 {
 		l.maxHold, l.hold = ac.maxHold, sent.Add(ac.maxHold)
 	}
@@ -456,6 +460,9 @@ const forcedRecordTTL = 24 * time.Hour
 // refreshScript runs the owner-checked refresh whatever the local state. It
 // reports what Redis answered; the caller confirms the lease.
 func (l *redisLock) refreshScript(ctx context.Context, ttl time.Duration) (bool, error) {
+	if l.durable > 0 {
+		return l.refreshDurable(ctx, ttl)
+	}
 	ok, err := l.c.batch.Run(ctx, node.Refresh(l.keys, l.token, ttl)).Int64()
 	return err == nil && ok == 1, err
 }

@@ -184,6 +184,7 @@ type acquireConfig struct {
 
 	replicas    int           // WithReplicas: acknowledgements to wait for
 	replicaWait time.Duration // and how long
+	durable     time.Duration // WithDurableGrant: how long WAITAOF may wait; 0: not asked
 
 	reentrant bool // WithReentry
 

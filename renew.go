@@ -34,7 +34,7 @@ func (l *redisLock) Renewal(time.Time) ([]lease.Part, lease.Round, bool) {
 	// its one Answer, or when its Call finds nothing to send.
 	r := renewals.Get().(*renewal)
 	r.l = l
-	r.part[0] = lease.Part{Lane: lease.LaneOf(context.Background(), rdb, l.keys.Lock), Conn: rdb}
+	r.part[0] = lease.Part{Lane: lease.LaneOf(context.Background(), rdb, l.keys.Lock), Conn: rdb, Durable: l.durable}
 	return r.part[:], r, true
 }
 

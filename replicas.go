@@ -45,17 +45,24 @@ func WithReplicas(n int, timeout time.Duration) AcquireOption {
 }
 
 // checkReplicaWait refuses a replica wait that go-redis' read timeout would
-// cut short (see replicaWaitRoom). WAIT answers only when its timeout ends, so with no
-// acknowledgement the reply comes after the read timeout: go-redis reports
-// an i/o timeout instead of the count and re-sends script and WAIT (a
-// pipeline is retried after a timeout), and the caller waits several read
-// timeouts for an error, where it asked for a short ErrNotReplicated. A
-// warning would be read after the first incident; refused at the first
-// acquisition, the mistake shows in the first test run, with both values.
+// cut short (see checkWaitRoom).
 func (c *Client) checkReplicaWait(ac acquireConfig) error {
 	if ac.replicas == 0 {
 		return nil
 	}
+	return c.checkWaitRoom("WithReplicas", fmt.Sprintf("%d, %v", ac.replicas, ac.replicaWait), ac.replicaWait)
+}
+
+// checkWaitRoom refuses a WAIT or WAITAOF timeout wait (of option, given
+// args) that go-redis' read timeout would cut short (see replicaWaitRoom).
+// Either answers only when its timeout ends, so with no acknowledgement
+// the reply comes after the read timeout: go-redis reports an i/o timeout
+// instead of the count and re-sends script and wait (a pipeline is retried
+// after a timeout), and the caller waits several read timeouts for an
+// error, where it asked for a short one. A warning would be read after the
+// first incident; refused at the first acquisition, the mistake shows in
+// the first test run, with both values.
+func (c *Client) checkWaitRoom(option, args string, wait time.Duration) error {
 	var rt time.Duration
 	switch r := c.rdb.(type) {
 	case *redis.Client: // standalone or Sentinel
@@ -66,9 +73,9 @@ func (c *Client) checkReplicaWait(ac acquireConfig) error {
 	// 0 or below after go-redis filled its defaults: no read deadline.
 	// Other clients (a Ring, a wrapper) are not checked: their options
 	// are not filled in where dlock can read them.
-	if rt > 0 && ac.replicaWait > rt-replicaWaitRoom(rt) {
-		return fmt.Errorf("%w: WithReplicas(%d, %v) leaves less than %v below the client's read timeout %v: the read would time out before Redis answers WAIT; wait at most %v or raise the redis client's ReadTimeout",
-			ErrInvalidOption, ac.replicas, ac.replicaWait, replicaWaitRoom(rt), rt, rt-replicaWaitRoom(rt))
+	if rt > 0 && wait > rt-replicaWaitRoom(rt) {
+		return fmt.Errorf("%w: %s(%s) leaves less than %v below the client's read timeout %v: the read would time out before Redis answers; wait at most %v or raise the redis client's ReadTimeout",
+			ErrInvalidOption, option, args, replicaWaitRoom(rt), rt, rt-replicaWaitRoom(rt))
 	}
 	return nil
 }
@@ -85,24 +92,24 @@ func replicaWaitRoom(rt time.Duration) time.Duration {
 
 // refreshWithWait refreshes a handed-over lock and waits for replicas in one
 // pipeline, as sendAcquire does for an acquisition.
-func (c *Client) refreshWithWait(ctx context.Context, l *redisLock, ac acquireConfig) (int64, error) {
+func (c *Client) refreshWithWait(ctx context.Context, l *redisLock, ac acquireConfig) (waitAck, error) {
 	sent := time.Now()
-	res, acked, err := c.withWait(ctx, l.keys.Lock, ac, node.Refresh(l.keys, l.token, ac.ttl))
+	res, ack, err := c.withWait(ctx, l.keys.Lock, ac, node.Refresh(l.keys, l.token, ac.ttl))
 	if err != nil {
-		return 0, opError("acquire", l.name, redisError(err))
+		return ack, opError("acquire", l.name, redisError(err))
 	}
 	if n, _ := res.(int64); n != 1 {
-		return 0, opError("acquire", l.name, ErrNotHeld)
+		return ack, opError("acquire", l.name, ErrNotHeld)
 	}
 	if !l.confirm(sent, ac.ttl, false, false) {
-		return 0, opError("acquire", l.name, ErrNotHeld)
+		return ack, opError("acquire", l.name, ErrNotHeld)
 	}
-	return acked, nil
+	return ack, nil
 }
 
-// withWait sends call and WAIT in one pipeline on the connection of key's
-// node, and returns the call's reply and the number of replicas that
-// acknowledged.
+// withWait sends call and WAIT (or, with WithDurableGrant, WAITAOF) in one
+// pipeline on the connection of key's node, and returns the call's reply and
+// what the wait confirmed.
 //
 // In a Cluster the pipeline goes to one node client, not through the
 // ClusterClient (which would send the script alone to a new node after a
@@ -115,31 +122,31 @@ func (c *Client) refreshWithWait(ctx context.Context, l *redisLock, ac acquireCo
 // after a short wait after TRYAGAIN (a slot in migration with only some of
 // the script's keys on the node). Sending the same token again is safe in
 // any case: the script counts a lock already ours as granted. All on ctx.
-func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, call node.Call) (any, int64, error) {
+func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, call node.Call) (any, waitAck, error) {
 	cc, ok := c.rdb.(*redis.ClusterClient)
 	if !ok {
 		return sendWithWait(ctx, c.rdb, ac, call)
 	}
 	primary, err := cc.MasterForKey(ctx, key)
 	if err != nil {
-		return nil, 0, err
+		return nil, waitAck{}, err
 	}
 	var conn redis.Cmdable = primary
 	for redirects := 0; ; redirects++ {
-		res, acked, err := sendWithWait(ctx, conn, ac, call)
+		res, ack, err := sendWithWait(ctx, conn, ac, call)
 		if err == nil {
-			return res, acked, nil
+			return res, ack, nil
 		}
 		if !isServerReply(err) {
 			// A dead or unreachable primary: the next attempt should
 			// find its successor, not wait for the reload interval.
 			cc.ReloadState(ctx)
-			return nil, 0, err
+			return nil, waitAck{}, err
 		}
 		moved, ask, addr := redirected(err)
 		again := redis.HasErrorPrefix(err, "TRYAGAIN")
 		if (!moved && !ask && !again) || redirects >= cc.Options().MaxRedirects {
-			return nil, 0, err
+			return nil, waitAck{}, err
 		}
 		if again {
 			t := time.NewTimer(16 * time.Millisecond << redirects)
@@ -147,13 +154,13 @@ func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, cal
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return nil, 0, errors.Join(err, ctx.Err())
+				return nil, waitAck{}, errors.Join(err, ctx.Err())
 			}
 			continue
 		}
 		next, ferr := redirectTarget(ctx, cc, key, primary, ask, addr)
 		if ferr != nil {
-			return nil, 0, fmt.Errorf("%w (following it: %v)", err, ferr)
+			return nil, waitAck{}, fmt.Errorf("%w (following it: %v)", err, ferr)
 		}
 		primary, conn = next, next
 		if ask {
@@ -162,20 +169,42 @@ func (c *Client) withWait(ctx context.Context, key string, ac acquireConfig, cal
 	}
 }
 
+// waitAck is what the WAIT or WAITAOF after a grant confirmed.
+type waitAck struct {
+	replicas int64 // replicas that acknowledged (WAIT) or wrote to their AOF (WAITAOF)
+	local    bool  // WAITAOF: the primary's own AOF has the grant on disk
+	// refused is the server's refusal of WAITAOF (a server without it,
+	// AOF off): nothing a later attempt cures.
+	refused error
+}
+
 // sendWithWait is withWait on one connection.
-func sendWithWait(ctx context.Context, conn redis.Cmdable, ac acquireConfig, call node.Call) (any, int64, error) {
+func sendWithWait(ctx context.Context, conn redis.Cmdable, ac acquireConfig, call node.Call) (any, waitAck, error) {
 	var wait *redis.Cmd // of the last pipeline sent
 	reply := node.Pipeline(ctx, conn, []node.Call{call}, func(pipe redis.Pipeliner) {
-		wait = pipe.Do(ctx, "WAIT", ac.replicas, ms(ac.replicaWait))
+		if ac.durable > 0 {
+			wait = pipe.Do(ctx, "WAITAOF", 1, ac.replicas, ms(max(ac.durable, ac.replicaWait)))
+		} else {
+			wait = pipe.Do(ctx, "WAIT", ac.replicas, ms(ac.replicaWait))
+		}
 	})[0]
 	if err := reply.Err(); err != nil {
-		return nil, 0, err
+		return nil, waitAck{}, err
 	}
-	// The script ran; a WAIT that failed confirmed nothing. Counting it as
+	// The script ran; a wait that failed confirmed nothing. Counting it as
 	// no acknowledgement lets the caller release what the script granted
 	// instead of stranding it.
-	acked, _ := wait.Int64()
-	return reply.Val(), acked, nil
+	var ack waitAck
+	if ac.durable > 0 {
+		local, replicas := node.WaitAOF(wait)
+		ack = waitAck{replicas: replicas, local: local >= 1}
+		if isServerReply(wait.Err()) {
+			ack.refused = wait.Err()
+		}
+	} else {
+		ack.replicas, _ = wait.Int64()
+	}
+	return reply.Val(), ack, nil
 }
 
 // redirected reads a MOVED or ASK error reply: "MOVED 3999 127.0.0.1:6381".
@@ -231,14 +260,27 @@ func (a askingConn) Pipeline() redis.Pipeliner {
 	return p
 }
 
-// checkReplicated releases a lock that too few replicas acknowledged.
-func (c *Client) checkReplicated(ctx context.Context, l *redisLock, ac acquireConfig, acked int64) error {
-	if acked >= int64(ac.replicas) {
+// confirmed reports whether ack is all that ac asked for.
+func (ack waitAck) confirmed(ac acquireConfig) bool {
+	if ac.durable > 0 && (ack.refused != nil || !ack.local) {
+		return false
+	}
+	return ack.replicas >= int64(ac.replicas)
+}
+
+// checkReplicated releases a lock whose grant the wait did not confirm:
+// too few replicas acknowledged it, or (WithDurableGrant) it is not on the
+// disks asked for, or the server refused to say.
+func (c *Client) checkReplicated(ctx context.Context, l *redisLock, ac acquireConfig, ack waitAck) error {
+	if ack.confirmed(ac) {
 		return nil
 	}
-	e := &ReplicaError{Acked: acked, Want: ac.replicas, Timeout: ac.replicaWait}
+	var releaseErr error
 	if err := l.releaseOrGiveBack(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
-		e.releaseErr = err
+		releaseErr = err
 	}
-	return opError("acquire", l.name, e)
+	if ac.durable > 0 {
+		return opError("acquire", l.name, c.notDurable(ac, ack, releaseErr))
+	}
+	return opError("acquire", l.name, &ReplicaError{Acked: ack.replicas, Want: ac.replicas, Timeout: ac.replicaWait, releaseErr: releaseErr})
 }

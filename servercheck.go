@@ -67,9 +67,15 @@ func (c *Client) serverVerdictNow() error {
 
 // serverVerdict is what acquisitions are told once the server answered:
 // nil, or an error wrapping ErrUnsupportedServer.
-type serverVerdict struct{ err error }
-
-var serverSupported = &serverVerdict{}
+type serverVerdict struct {
+	err error
+	// server names the server checked ("Valkey 8.0.1 …"; the first
+	// primary of a Cluster), for messages; "" when it did not say.
+	server string
+	// waitAOF: whether every server has WAITAOF (WithDurableGrant); nil
+	// when one refused to say.
+	waitAOF *bool
+}
 
 // checkServer checks, once per Client, that the Redis server can run dlock:
 // its version (an error wrapping ErrUnsupportedServer, returned by this and
@@ -146,9 +152,18 @@ func (c *Client) runServerCheck(ctx context.Context) error {
 	if err != nil {
 		return nil
 	}
-	v = serverSupported
-	if err := versionVerdict(facts, c.isCluster()); err != nil {
-		v = &serverVerdict{err: err}
+	v = &serverVerdict{err: versionVerdict(facts, c.isCluster())}
+	if len(facts) > 0 {
+		v.server = facts[0].server.String()
+	}
+	all := true
+	for _, f := range facts {
+		if f.waitAOF == nil {
+			v.waitAOF = nil
+			break
+		}
+		all = all && *f.waitAOF
+		v.waitAOF = &all
 	}
 	c.warnEviction(ctx, facts)
 	return v.err
@@ -168,6 +183,9 @@ type serverFacts struct {
 	// shard is whether COMMAND INFO knows SPUBLISH (the shard channels a
 	// Cluster's hand-offs use); nil when the server refused to say.
 	shard *bool
+	// waitAOF is whether COMMAND INFO knows WAITAOF (WithDurableGrant);
+	// nil when the server refused to say.
+	waitAOF *bool
 }
 
 // probeServer asks the server, or every primary of a Cluster in parallel.
@@ -203,7 +221,7 @@ func probe(ctx context.Context, rdb redis.Cmdable) (serverFacts, error) {
 	config := pipe.ConfigGet(ctx, "maxmemory-policy")
 	// What the server can do is asked of it, not read from its version:
 	// forks and builds report versions that say little.
-	commands := pipe.Do(ctx, serverreq.ShardChannelsCommand...)
+	commands := pipe.Do(ctx, serverreq.CommandsQuery...)
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	for _, err := range []error{server.Err(), memory.Err(), config.Err(), commands.Err()} {
 		// A refusal (unknown command, NOPERM) is an answer; anything else
@@ -217,7 +235,8 @@ func probe(ctx context.Context, rdb redis.Cmdable) (serverFacts, error) {
 		server: serverreq.Identify(func(k string) string { return infoField(server.Val(), k) }),
 		policy: config.Val()["maxmemory-policy"],
 	}
-	f.shard = serverreq.ShardChannels(commands.Val(), commands.Err())
+	known := serverreq.Commands(commands.Val(), commands.Err())
+	f.shard, f.waitAOF = known.ShardChannels, known.WaitAOF
 	if f.policy == "" {
 		f.policy = infoField(memory.Val(), "maxmemory_policy")
 	}

@@ -383,13 +383,13 @@ func (w *waiter) handedOver(ctx context.Context, fence int64) (*redisLock, error
 		_ = l.releaseOrGiveBack(ctx)
 		return nil, err
 	}
-	if ac.replicas > 0 {
+	if ac.waits() {
 		// The releaser wrote the hand-off on its own connection; a WAIT
-		// after our refresh on ours covers it too, replication being in
-		// order.
-		acked, err := c.refreshWithWait(ctx, l, ac)
+		// (or WAITAOF) after our refresh on ours covers it too,
+		// replication and the AOF being in order.
+		ack, err := c.refreshWithWait(ctx, l, ac)
 		if err == nil {
-			err = c.checkReplicated(ctx, l, ac, acked)
+			err = c.checkReplicated(ctx, l, ac, ack)
 		}
 		if err != nil {
 			return fail(err)

@@ -54,6 +54,8 @@
 //   - WithWait is measured on the Locker's clock, like the leases; context
 //     deadlines stay on the real clock.
 //   - WithReplicas is accepted and always satisfied.
+//   - WithDurableGrant is accepted and always satisfied: nothing is on disk
+//     to lose.
 //
 // # Time
 //

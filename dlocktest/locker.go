@@ -108,7 +108,8 @@ func MustNew(opts ...Option) *Locker {
 // looked at; then come a closed Locker (dlock.ErrClosed) and a context that
 // has already ended (its error). On error the Lock is nil.
 //
-// WithReplicas is accepted and always satisfied: there are no replicas.
+// WithReplicas is accepted and always satisfied: there are no replicas;
+// WithDurableGrant likewise: there is no disk a restart could lose.
 func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dlock.AcquireOption) (dlock.Lock, error) {
 	return l.acquire(ctx, name, opts, false)
 }

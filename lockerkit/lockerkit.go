@@ -49,6 +49,10 @@ type AcquireSettings struct {
 	// Replicas and ReplicaTimeout are WithReplicas'; 0 without it.
 	Replicas       int
 	ReplicaTimeout time.Duration
+	// DurableGrant is WithDurableGrant's timeout; 0 without it. A Locker
+	// that cannot confirm its grants on disk refuses it with
+	// dlock.ErrInvalidOption.
+	DurableGrant time.Duration
 	// Reentrant is WithReentry's: see Reenter and Reentrant.
 	Reentrant bool
 	// HoldWarning is when a hold is reported as long: WithHoldWarning's, or

@@ -139,6 +139,11 @@ func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.Acquir
 		err = fmt.Errorf("%w: WithMinHold is not supported by Redlock", dlock.ErrInvalidOption)
 	case s.Replicas > 0:
 		err = fmt.Errorf("%w: WithReplicas is not supported by Redlock, whose nodes are independent primaries", dlock.ErrInvalidOption)
+	case s.DurableGrant > 0:
+		// WAITAOF on each node of a quorum, and renewals confirmed the
+		// same way, are not built: refused rather than returning grants
+		// the caller believes are on disk.
+		err = fmt.Errorf("%w: WithDurableGrant is not supported by Redlock", dlock.ErrInvalidOption)
 	case s.Shared:
 		// A quorum of read locks over nodes that each hand off on their
 		// own is not a read lock: refuse rather than take a write lock the

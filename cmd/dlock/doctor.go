@@ -24,6 +24,8 @@ prints one line, ok, warn or fail, and for warn and fail what to do:
                     lock, and a second client then takes it (two holders)
   persistence       AOF and appendfsync: what a restart does to held locks
                     and fencing tokens
+  durable-grant     whether dlock.WithDurableGrant can confirm grants on
+                    disk here (WAITAOF, and AOF on)
   replication       the role, the replicas, min-replicas-to-write
   sentinel          with --master-name: each Sentinel knows the primary and
                     can reach its quorum (SENTINEL CKQUORUM)
@@ -122,6 +124,9 @@ type nodeFacts struct {
 	// shard is whether COMMAND INFO knows SPUBLISH, which a Cluster's
 	// hand-offs use; nil when the server refused to say.
 	shard *bool
+	// waitAOF is whether COMMAND INFO knows WAITAOF, which
+	// dlock.WithDurableGrant sends; nil when the server refused to say.
+	waitAOF *bool
 }
 
 var doctorConfig = []string{"maxmemory-policy", "maxmemory", "appendonly", "appendfsync", "save", "min-replicas-to-write", "min-replicas-max-lag"}
@@ -156,6 +161,7 @@ func (a *app) doctor(ctx context.Context, o doctorOptions) error {
 		d.checkVersion(n, f)
 		d.checkEviction(n, f)
 		d.checkPersistence(n, f)
+		d.checkDurable(n, f)
 		d.checkReplication(n, f)
 	}
 	if uo.MasterName != "" {
@@ -272,10 +278,11 @@ func gatherFacts(ctx context.Context, rdb redis.Cmdable) nodeFacts {
 	for i, p := range doctorConfig {
 		confs[i] = pipe.ConfigGet(ctx, p)
 	}
-	commands := pipe.Do(ctx, serverreq.ShardChannelsCommand...)
+	commands := pipe.Do(ctx, serverreq.CommandsQuery...)
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	f := nodeFacts{info: map[string]string{}, config: map[string]string{}, confErr: map[string]error{}, infoErr: info.Err()}
-	f.shard = serverreq.ShardChannels(commands.Val(), commands.Err())
+	known := serverreq.Commands(commands.Val(), commands.Err())
+	f.shard, f.waitAOF = known.ShardChannels, known.WaitAOF
 	for line := range strings.Lines(info.Val()) {
 		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
 			f.info[k] = v

@@ -79,6 +79,31 @@ const restartFix = "CONFIG SET appendonly yes and CONFIG SET appendfsync always 
 // next_fence: the next fence is at least the server's clock in µs.
 const fenceAfterRestart = "fences keep growing (a lost counter restarts from the server's clock in µs) as long as the server's clock does not go back"
 
+// checkDurable says whether dlock.WithDurableGrant works on the server:
+// it needs WAITAOF (asked of COMMAND INFO) and AOF on. Informational: the
+// persistence check warns of what a restart loses without it.
+func (d *doctorRun) checkDurable(n dataNode, f nodeFacts) {
+	s := serverreq.Identify(func(k string) string { return f.info[k] })
+	aof := f.config["appendonly"]
+	if aof == "" {
+		aof = map[string]string{"1": "yes", "0": "no"}[f.info["aof_enabled"]]
+	}
+	var msg string
+	switch {
+	case f.waitAOF == nil:
+		msg = "cannot tell whether the server has WAITAOF (COMMAND INFO refused): dlock.WithDurableGrant may be refused"
+	case !*f.waitAOF:
+		msg = fmt.Sprintf("%s has no WAITAOF: dlock.WithDurableGrant is refused (Redis 7.2 or newer, or Valkey, has it); appendfsync always is what keeps grants across a crash here", s)
+	case aof == "yes":
+		msg = "WAITAOF and AOF on: dlock.WithDurableGrant confirms each grant and renewal on disk, which keeps those locks across a crash with appendfsync everysec"
+	case aof == "no":
+		msg = "WAITAOF, but AOF off: the server refuses dlock.WithDurableGrant's WAITAOF until appendonly is yes"
+	default:
+		msg = "WAITAOF; AOF unknown (see persistence): dlock.WithDurableGrant works only with appendonly yes"
+	}
+	d.add("durable-grant", statusOK, n.addr, msg, "")
+}
+
 // checkPersistence says what a restart does to held locks and fences.
 func (d *doctorRun) checkPersistence(n dataNode, f nodeFacts) {
 	aof, ok := f.config["appendonly"]

@@ -20,6 +20,7 @@ type Settings struct {
 	MinHold          time.Duration
 	Replicas         int
 	ReplicaTimeout   time.Duration
+	DurableGrant     time.Duration
 	Reentrant        bool
 	HoldWarning      time.Duration
 	Owner            string

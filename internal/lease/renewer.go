@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -43,7 +44,20 @@ type Part struct {
 	// pipeline, and a lane whose node hangs holds up only its own calls.
 	Lane string
 	Conn redis.Cmdable // what the lane's pipeline is sent on
+	// Durable, when above 0, has the call confirmed on the node's disk:
+	// WAITAOF 1 0 follows the pipeline's calls, waiting at most the
+	// longest Durable among them, and a call that answered 1 (renewed)
+	// whose write it does not confirm is answered with ErrNotOnDisk
+	// instead, so that
+	// the holder does not extend its lease on a write a restart can lose.
+	// Conn must then be one node's client (WAITAOF counts the writes of
+	// its own connection).
+	Durable time.Duration
 }
+
+// ErrNotOnDisk is the answer to a Durable call whose write WAITAOF did not
+// confirm on the node's disk in time (or that the node refused to confirm).
+var ErrNotOnDisk = errors.New("the node did not confirm the write on its disk")
 
 // Renewer is one renewal loop for many held locks. It keeps them in a heap
 // ordered by their next renewal, sleeps until the first is due, and hands
@@ -507,8 +521,27 @@ func sendLane(closing context.Context, batch []job) {
 	}
 	ctx, cancel := context.WithDeadline(closing, bound)
 	defer cancel()
-	replies := node.Pipeline(ctx, sent[0].part.Conn, calls, nil)
+	var durable time.Duration
+	for _, j := range sent {
+		durable = max(durable, j.part.Durable)
+	}
+	var then func(redis.Pipeliner)
+	var wait *redis.Cmd // of the last pipeline sent
+	if durable > 0 {
+		then = func(pipe redis.Pipeliner) { wait = pipe.Do(ctx, "WAITAOF", 1, 0, durable.Milliseconds()) }
+	}
+	replies := node.Pipeline(ctx, sent[0].part.Conn, calls, then)
+	local, _ := node.WaitAOF(wait)
+	onDisk := durable == 0 || local >= 1
 	for i, j := range sent {
+		if v, err := replies[i].Int64(); !onDisk && j.part.Durable > 0 && err == nil && v == 1 {
+			// The refresh ran but may be lost with the last second of
+			// the AOF: not a renewal to extend the lease on. (A refresh
+			// that found the lock gone says so whatever the disk holds.)
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(ErrNotOnDisk)
+			replies[i] = node.Reply{Cmd: cmd, Sent: replies[i].Sent}
+		}
 		j.round.Answer(j.i, replies[i])
 	}
 }

@@ -313,6 +313,21 @@ func Pipeline(ctx context.Context, conn redis.Cmdable, calls []Call, then func(r
 	return replies
 }
 
+// WaitAOF reads a WAITAOF reply: how many local AOFs (0 or 1) and how many
+// replicas' AOFs confirmed; 0, 0 for an error or an odd reply.
+func WaitAOF(wait *redis.Cmd) (local, replicas int64) {
+	if wait == nil || wait.Err() != nil {
+		return 0, 0
+	}
+	v, ok := wait.Val().([]any)
+	if !ok || len(v) != 2 {
+		return 0, 0
+	}
+	local, _ = v[0].(int64)
+	replicas, _ = v[1].(int64)
+	return local, replicas
+}
+
 func noScript(r Reply) bool { return r.Cmd != nil && isNoScript(r.Err()) }
 
 // AcquireArgs are the acquire script's arguments besides the token.

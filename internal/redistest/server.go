@@ -48,6 +48,28 @@ func Launch(ctx context.Context, dir string, extra ...string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return launch(ctx, bin, dir, extra)
+}
+
+// LaunchFlavor is Launch with the server of the flavor named ("redis" or
+// "valkey"), whatever FlavorEnv says: for the tests of what one server has
+// and the other lacks (WAITAOF: Valkey has it, Debian's Redis 7.0 not).
+func LaunchFlavor(ctx context.Context, flavor, dir string, extra ...string) (*Server, error) {
+	f, ok := flavors[flavor]
+	if !ok {
+		return nil, fmt.Errorf("redistest: flavor %q: want redis or valkey", flavor)
+	}
+	bin, err := exec.LookPath(f.Server)
+	if errors.Is(err, exec.ErrNotFound) {
+		return nil, missing{f, f.Server}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return launch(ctx, bin, dir, extra)
+}
+
+func launch(ctx context.Context, bin, dir string, extra []string) (*Server, error) {
 	var lastErr error
 	// The free port is found by binding and closing it, so another process can
 	// take it before redis-server binds: try a few ports before giving up.

@@ -24,6 +24,19 @@ func Start(t testing.TB, extra ...string) *Server {
 	return s
 }
 
+// StartFlavor is Start with the server of the flavor named ("redis" or
+// "valkey"), whatever FlavorEnv says (see LaunchFlavor). A missing server
+// fails the test with the install hint.
+func StartFlavor(t testing.TB, flavor string, extra ...string) *Server {
+	t.Helper()
+	s, err := LaunchFlavor(context.Background(), flavor, t.TempDir(), extra...)
+	if err != nil {
+		t.Fatalf("start %s: %v", flavor, err)
+	}
+	t.Cleanup(s.Kill)
+	return s
+}
+
 // Client returns a go-redis client for the server, closed in t.Cleanup.
 // ContextTimeoutEnabled makes reads honor the context's deadline, which
 // fault tests rely on.

@@ -135,18 +135,25 @@ func (n Need) Text(s Server) string {
 	return fmt.Sprintf("dlock needs %s %d.%d or newer", s.Name, n.Min[0], n.Min[1])
 }
 
-// ShardChannelsCommand is the COMMAND INFO query whose answer ShardChannels
-// reads: pipelined with the INFO and CONFIG reads of a check.
-var ShardChannelsCommand = []any{"command", "info", "spublish"}
+// CommandsQuery is the COMMAND INFO query whose answer Commands reads:
+// pipelined with the INFO and CONFIG reads of a check. What a server can do
+// is asked of it, not read from its version.
+var CommandsQuery = []any{"command", "info", "spublish", "waitaof"}
 
-// ShardChannels reads the answer to ShardChannelsCommand: whether the server
-// knows SPUBLISH, or nil when it refused to say (NOPERM, an old server
-// without COMMAND INFO).
-func ShardChannels(val any, err error) *bool {
+// Known is what the answer to CommandsQuery says a server has; a field is
+// nil when the server refused to say (NOPERM, an old server without
+// COMMAND INFO).
+type Known struct {
+	ShardChannels *bool // SPUBLISH: the shard channels a Cluster's hand-offs use
+	WaitAOF       *bool // WAITAOF: dlock.WithDurableGrant
+}
+
+// Commands reads the answer to CommandsQuery.
+func Commands(val any, err error) Known {
 	reply, ok := val.([]any)
-	if err != nil || !ok || len(reply) != 1 {
-		return nil
+	if err != nil || !ok || len(reply) != 2 {
+		return Known{}
 	}
-	known := reply[0] != nil
-	return &known
+	shard, waitAOF := reply[0] != nil, reply[1] != nil
+	return Known{ShardChannels: &shard, WaitAOF: &waitAOF}
 }
