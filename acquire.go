@@ -170,7 +170,7 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 		err = c.checkReplicaWait(ac)
 	}
 	if err == nil {
-		err = c.checkDurable(ac)
+		err = c.checkDurable(ctx, ac)
 	}
 	if err == nil {
 		err = c.checkUsable(ctx)

@@ -13,10 +13,9 @@ import (
 // WithDurableGrant makes an acquisition wait until the grant is on the
 // primary's disk (Redis WAITAOF), at most timeout, and every renewal of the
 // lock too: a primary that crashes and restarts from its append-only file
-// then remembers the lock, where with appendfsync everysec (the common
-// setting) it can forget the last second of grants and give the lock to a
-// second holder. With WithReplicas(n, …) as well, WAITAOF also waits for n
-// replicas' AOFs, within the longer of the two timeouts.
+// then remembers the lock and the lease its holder counts on. With
+// WithReplicas(n, …) as well, WAITAOF also waits for n replicas' AOFs,
+// within the longer of the two timeouts.
 //
 // A grant the server does not confirm in time is released at once, as
 // WithReplicas does: a single attempt (TryAcquire, WithWait(0)) fails with
@@ -25,20 +24,31 @@ import (
 // the lease: it is tried again, and the lock is lost when its lease ends
 // unconfirmed. Refresh returns ErrNotDurable then.
 //
-// It needs WAITAOF (Redis 7.2 or newer, Valkey 7.2 or newer) and appendonly
-// yes on the primary (and the replicas counted). A server without WAITAOF
-// is refused with ErrUnsupportedServer, naming it, before anything is sent
-// once the Client has checked the server (its first acquisition starts the
-// check), else at the first grant, which is given back; a server with AOF off
-// refuses WAITAOF, and the grant is given back with an ErrNotDurable that
-// says so. The timeout follows WithReplicas' rule against the client's
-// ReadTimeout. It needs a client of one server (standalone or Sentinel): on
-// a Cluster client it is refused with ErrInvalidOption, since renewals there
-// are pipelined through the ClusterClient, whose WAITAOF would go to
-// any node.
+// It is accepted only where WAITAOF stands for an fsync, which the Client
+// asks the server before the first durable acquisition (and waits for,
+// unlike other acquisitions): WAITAOF (Redis 7.2 or newer, Valkey), AOF on,
+// and appendfsync always, or everysec on Redis 8.0 or newer. Every Valkey
+// release so far, and Redis 7.2 to 7.4, answer WAITAOF under everysec before
+// the fsync (redis/redis#13793): a crash then still loses grants it
+// confirmed, so there the option is refused with ErrUnsupportedServer, as
+// it is on a server without WAITAOF, with AOF off, or one that will not show
+// appendonly and appendfsync (CONFIG GET). Under appendfsync always every
+// grant is on disk before its reply anyway; the option then adds the
+// replicas' disks (with WithReplicas), and an error instead of a silent
+// loss when AOF is turned off later: the server refuses WAITAOF, the grant
+// is given back, and the acquisition ends at once with an ErrNotDurable
+// that says so.
 //
-// The cost: every acquisition and renewal waits for an fsync (about a
-// millisecond on a local SSD, far more on network disks).
+// The timeout follows WithReplicas' rule against the client's ReadTimeout.
+// It needs a client of one server (standalone or Sentinel): on a Cluster
+// client it is refused with ErrInvalidOption, since renewals there are
+// pipelined through the ClusterClient, whose WAITAOF would go to any node.
+// Redlock refuses it.
+//
+// The cost: with always, none beyond a round trip's WAITAOF; under everysec
+// on Redis 8, a wait for the next fsync (up to a second) on every
+// acquisition and renewal, so give it a timeout of about a second and a
+// TTL several times that.
 func WithDurableGrant(timeout time.Duration) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.durable = timeout })
 }
@@ -121,9 +131,10 @@ func (c *Client) noWaitAOF() error {
 }
 
 // checkDurable refuses WithDurableGrant where it cannot be kept: a
-// timeout below 1ms, a Cluster client, a server the check found without
-// WAITAOF; and a timeout go-redis' read timeout would cut short.
-func (c *Client) checkDurable(ac acquireConfig) error {
+// timeout below 1ms or one go-redis' read timeout would cut short, a
+// Cluster client, a server whose WAITAOF does not stand for an fsync
+// (durableVerdict).
+func (c *Client) checkDurable(ctx context.Context, ac acquireConfig) error {
 	if ac.durable == 0 {
 		return nil
 	}
@@ -133,10 +144,21 @@ func (c *Client) checkDurable(ac acquireConfig) error {
 	if _, ok := c.rdb.(*redis.Client); !ok {
 		return fmt.Errorf("%w: WithDurableGrant needs a client of one server (standalone or Sentinel), not %T", ErrInvalidOption, c.rdb)
 	}
-	if v := c.server.verdict.Load(); v != nil && v.waitAOF != nil && !*v.waitAOF {
-		return c.noWaitAOF()
+	if err := c.checkWaitRoom("WithDurableGrant", fmt.Sprint(ac.durable), ac.durable); err != nil {
+		return err
 	}
-	return c.checkWaitRoom("WithDurableGrant", fmt.Sprint(ac.durable), ac.durable)
+	// Unlike other acquisitions, a durable one waits for the server check
+	// (once per Client): whether WAITAOF means what it says is the
+	// server's to tell (durableVerdict), and a grant confirmed by a WAITAOF
+	// that answers early is the false assurance the option exists to
+	// avoid. Only clients of one server get here, so no hung Cluster
+	// primary holds it up.
+	_ = c.checkServer(ctx)
+	v := c.server.verdict.Load()
+	if v == nil {
+		return fmt.Errorf("%w: WithDurableGrant: the server did not answer its check (INFO, CONFIG GET appendfsync, COMMAND INFO WAITAOF)", ErrUnavailable)
+	}
+	return v.durable
 }
 
 // refreshDurable is Refresh's script with WAITAOF after it on one

@@ -113,13 +113,14 @@ func durableSetup(t *testing.T, flavor string, args ...string) (*dlock.Client, *
 	return c, srv.Client(t), h
 }
 
-var aofEverysec = []string{"--appendonly", "yes", "--appendfsync", "everysec"}
+// aofAlways is the one AOF setting under which Valkey's WAITAOF stands for
+// an fsync (serverreq.EarlyWaitAOF): the tests of what the option does run
+// there, the hook standing in for a slow fsync.
+var aofAlways = []string{"--appendonly", "yes", "--appendfsync", "always"}
 
 func TestDurableGrantAndRenewalsWaitForTheAOF(t *testing.T) {
-	c, _, h := durableSetup(t, "valkey", aofEverysec...)
+	c, _, h := durableSetup(t, "valkey", aofAlways...)
 	ctx := context.Background()
-	// With everysec, WAITAOF answers at the server's next fsync, within
-	// a cron tick or two (100 ms at hz 10): the TTL allows for several.
 	ttl := 1500 * time.Millisecond
 	l, err := c.Acquire(ctx, "durable", dlock.WithTTL(ttl), dlock.WithDurableGrant(time.Second))
 	if err != nil {
@@ -142,7 +143,7 @@ func TestDurableGrantAndRenewalsWaitForTheAOF(t *testing.T) {
 }
 
 func TestDurableGrantNotConfirmedIsReleased(t *testing.T) {
-	c, admin, h := durableSetup(t, "valkey", aofEverysec...)
+	c, admin, h := durableSetup(t, "valkey", aofAlways...)
 	ctx := context.Background()
 	h.unconfirm.Store(true)
 	_, err := c.TryAcquire(ctx, "unconfirmed", dlock.WithDurableGrant(50*time.Millisecond))
@@ -181,7 +182,7 @@ func TestDurableGrantNotConfirmedIsReleased(t *testing.T) {
 }
 
 func TestDurableRenewalNotConfirmedDoesNotExtendTheLease(t *testing.T) {
-	c, _, h := durableSetup(t, "valkey", aofEverysec...)
+	c, _, h := durableSetup(t, "valkey", aofAlways...)
 	ctx := context.Background()
 	ttl := 1500 * time.Millisecond
 	l, err := c.Acquire(ctx, "renewal", dlock.WithTTL(ttl), dlock.WithDurableGrant(time.Second))
@@ -208,22 +209,47 @@ func TestDurableRenewalNotConfirmedDoesNotExtendTheLease(t *testing.T) {
 	}
 }
 
-func TestDurableGrantWithAOFOffIsRefusedAtOnce(t *testing.T) {
-	c, admin, _ := durableSetup(t, "valkey")
+func TestDurableGrantWithAOFOffIsRefused(t *testing.T) {
+	c, admin, h := durableSetup(t, "valkey")
 	ctx := context.Background()
 	_, err := c.Acquire(ctx, "aof-off", dlock.WithDurableGrant(50*time.Millisecond), dlock.WithWait(time.Minute))
+	if !errors.Is(err, dlock.ErrUnsupportedServer) || !strings.Contains(err.Error(), "CONFIG SET appendonly yes") {
+		t.Fatalf("Acquire with AOF off: %v, want ErrUnsupportedServer saying how to turn AOF on", err)
+	}
+	if n := h.scripts.Load(); n != 0 {
+		t.Fatalf("%d acquire scripts sent with AOF off", n)
+	}
+	if n, err := admin.Exists(ctx, "dlock:{aof-off}").Result(); err != nil || n != 0 {
+		t.Fatalf("lock key left after the refusal: %d, %v", n, err)
+	}
+}
+
+// AOF turned off after the Client's check: the server refuses WAITAOF,
+// the grant is released, and the wait ends at once, since no later
+// attempt is confirmed either.
+func TestDurableGrantRefusedWAITAOFEndsTheWait(t *testing.T) {
+	c, admin, _ := durableSetup(t, "valkey", aofAlways...)
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "aof-off-later", dlock.WithDurableGrant(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+	if err := admin.ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Acquire(ctx, "aof-off-later", dlock.WithDurableGrant(50*time.Millisecond), dlock.WithWait(time.Minute))
 	var de *dlock.DurableError
 	if !errors.As(err, &de) || !strings.Contains(de.Refused, "appendonly") {
-		t.Fatalf("Acquire with AOF off: %v, want a *DurableError with the server's refusal", err)
+		t.Fatalf("Acquire after AOF was turned off: %v, want a *DurableError with the server's refusal", err)
 	}
-	// For good: the wait did not ride it out for its minute.
 	if errors.Is(err, dlock.ErrNotObtained) {
-		t.Fatalf("AOF off was waited out as an outage: %v", err)
+		t.Fatalf("the refusal was waited out as an outage: %v", err)
 	}
 	if !strings.Contains(err.Error(), "CONFIG SET appendonly yes") {
 		t.Fatalf("error %q does not say how to fix it", err)
 	}
-	if n, err := admin.Exists(ctx, "dlock:{aof-off}").Result(); err != nil || n != 0 {
+	if n, err := admin.Exists(ctx, "dlock:{aof-off-later}").Result(); err != nil || n != 0 {
 		t.Fatalf("lock key left after the refusal: %d, %v", n, err)
 	}
 }
@@ -234,34 +260,53 @@ func TestDurableGrantWithoutWAITAOFIsUnsupported(t *testing.T) {
 	if known, err := admin.Do(ctx, "command", "info", "waitaof").Slice(); err != nil || len(known) != 1 || known[0] != nil {
 		t.Fatalf("this redis-server knows WAITAOF (%v, %v): the test needs one without (Debian bookworm's 7.0)", known, err)
 	}
-	// The first attempt may go out before the Client's server check has
-	// answered: then the server refuses WAITAOF and the grant is given
-	// back. Once the check answered, nothing is sent.
-	var err error
-	waitFor(t, "the refusal naming the server", func() bool {
-		_, err = c.TryAcquire(ctx, "old-server", dlock.WithDurableGrant(50*time.Millisecond))
-		if !errors.Is(err, dlock.ErrUnsupportedServer) {
-			t.Fatalf("TryAcquire on Redis 7.0: %v, want ErrUnsupportedServer", err)
+	// A durable acquisition waits for the Client's server check: refused
+	// before anything is sent, naming the server.
+	_, err := c.TryAcquire(ctx, "old-server", dlock.WithDurableGrant(50*time.Millisecond))
+	if !errors.Is(err, dlock.ErrUnsupportedServer) {
+		t.Fatalf("TryAcquire on Redis 7.0: %v, want ErrUnsupportedServer", err)
+	}
+	for _, part := range []string{"Redis 7.", "WAITAOF"} {
+		if !strings.Contains(err.Error(), part) {
+			t.Fatalf("error %q does not say %q", err, part)
 		}
-		return strings.Contains(err.Error(), "Redis 7.")
-	})
-	if !strings.Contains(err.Error(), "WAITAOF") {
-		t.Fatalf("error %q does not name WAITAOF", err)
 	}
-	before := h.scripts.Load()
-	if _, err := c.Acquire(ctx, "old-server", dlock.WithDurableGrant(50*time.Millisecond)); !errors.Is(err, dlock.ErrUnsupportedServer) {
-		t.Fatalf("Acquire on Redis 7.0 after the check: %v", err)
+	if n := h.scripts.Load(); n != 0 {
+		t.Fatalf("%d acquire scripts sent to a server without WAITAOF", n)
 	}
-	if n := h.scripts.Load() - before; n != 0 {
-		t.Fatalf("%d acquire scripts sent after the check knew the server has no WAITAOF", n)
+}
+
+// Valkey answers WAITAOF before its fsync under everysec (see
+// TestWAITAOFConfirmsBeforeFsyncUnderEverysec in internal/torture): the
+// option is refused there, with what to do, and nothing is sent.
+func TestDurableGrantRefusedWhereWAITAOFAnswersEarly(t *testing.T) {
+	c, admin, h := durableSetup(t, "valkey", "--appendonly", "yes", "--appendfsync", "everysec")
+	ctx := context.Background()
+	_, err := c.Acquire(ctx, "early", dlock.WithDurableGrant(time.Second))
+	if !errors.Is(err, dlock.ErrUnsupportedServer) {
+		t.Fatalf("Acquire on Valkey with everysec: %v, want ErrUnsupportedServer", err)
 	}
-	if n, err := admin.Exists(ctx, "dlock:{old-server}").Result(); err != nil || n != 0 {
-		t.Fatalf("lock key left after the refusal: %d, %v", n, err)
+	for _, part := range []string{"Valkey 8", "everysec", "redis/redis#13793", "appendfsync always"} {
+		if !strings.Contains(err.Error(), part) {
+			t.Errorf("error %q does not say %q", err, part)
+		}
+	}
+	if n := h.scripts.Load(); n != 0 {
+		t.Fatalf("%d acquire scripts sent", n)
+	}
+	// Without the option, the same Client locks as usual.
+	l, err := c.TryAcquire(ctx, "early")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+	if n := admin.Exists(ctx, "dlock:{early}").Val(); n != 0 {
+		t.Fatal("lock key left")
 	}
 }
 
 func TestDurableGrantTimeoutBounds(t *testing.T) {
-	srv := redistest.StartFlavor(t, "valkey", aofEverysec...)
+	srv := redistest.StartFlavor(t, "valkey", aofAlways...)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 400 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := newLocker(t, rdb)
@@ -278,7 +323,7 @@ func TestDurableGrantTimeoutBounds(t *testing.T) {
 }
 
 func TestDurableHandOffNotConfirmedIsNotReturned(t *testing.T) {
-	holder, admin, _ := durableSetup(t, "valkey", aofEverysec...)
+	holder, admin, _ := durableSetup(t, "valkey", aofAlways...)
 	ctx := context.Background()
 	ttl := 1500 * time.Millisecond
 	l, err := holder.Acquire(ctx, "handoff", dlock.WithTTL(ttl), dlock.WithDurableGrant(time.Second))

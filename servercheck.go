@@ -72,9 +72,9 @@ type serverVerdict struct {
 	// server names the server checked ("Valkey 8.0.1 …"; the first
 	// primary of a Cluster), for messages; "" when it did not say.
 	server string
-	// waitAOF: whether every server has WAITAOF (WithDurableGrant); nil
-	// when one refused to say.
-	waitAOF *bool
+	// durable is why WithDurableGrant cannot be kept on the servers
+	// (durableVerdict), or nil when it can.
+	durable error
 }
 
 // checkServer checks, once per Client, that the Redis server can run dlock:
@@ -156,15 +156,7 @@ func (c *Client) runServerCheck(ctx context.Context) error {
 	if len(facts) > 0 {
 		v.server = facts[0].server.String()
 	}
-	all := true
-	for _, f := range facts {
-		if f.waitAOF == nil {
-			v.waitAOF = nil
-			break
-		}
-		all = all && *f.waitAOF
-		v.waitAOF = &all
-	}
+	v.durable = durableVerdict(facts)
 	c.warnEviction(ctx, facts)
 	return v.err
 }
@@ -186,6 +178,8 @@ type serverFacts struct {
 	// waitAOF is whether COMMAND INFO knows WAITAOF (WithDurableGrant);
 	// nil when the server refused to say.
 	waitAOF *bool
+	fsync   string // appendfsync from CONFIG GET; "" when refused
+	aof     string // appendonly from CONFIG GET; "" when refused
 }
 
 // probeServer asks the server, or every primary of a Cluster in parallel.
@@ -219,11 +213,14 @@ func probe(ctx context.Context, rdb redis.Cmdable) (serverFacts, error) {
 	server := pipe.Info(ctx, "server")
 	memory := pipe.Info(ctx, "memory")
 	config := pipe.ConfigGet(ctx, "maxmemory-policy")
+	// Apart: Redis before 7.0 takes one pattern per CONFIG GET.
+	fsync := pipe.ConfigGet(ctx, "appendfsync")
+	aof := pipe.ConfigGet(ctx, "appendonly")
 	// What the server can do is asked of it, not read from its version:
 	// forks and builds report versions that say little.
 	commands := pipe.Do(ctx, serverreq.CommandsQuery...)
 	_, _ = pipe.Exec(ctx) // errors are read per command
-	for _, err := range []error{server.Err(), memory.Err(), config.Err(), commands.Err()} {
+	for _, err := range []error{server.Err(), memory.Err(), config.Err(), fsync.Err(), aof.Err(), commands.Err()} {
 		// A refusal (unknown command, NOPERM) is an answer; anything else
 		// (network, context) means the server was not heard.
 		var answer redis.Error
@@ -234,6 +231,8 @@ func probe(ctx context.Context, rdb redis.Cmdable) (serverFacts, error) {
 	f := serverFacts{
 		server: serverreq.Identify(func(k string) string { return infoField(server.Val(), k) }),
 		policy: config.Val()["maxmemory-policy"],
+		fsync:  fsync.Val()["appendfsync"],
+		aof:    aof.Val()["appendonly"],
 	}
 	known := serverreq.Commands(commands.Val(), commands.Err())
 	f.shard, f.waitAOF = known.ShardChannels, known.WaitAOF
@@ -324,4 +323,35 @@ func (c *Client) warnEviction(ctx context.Context, facts []serverFacts) {
 	}
 	attrs = append(attrs, slog.String("why", why))
 	logger.LogAttrs(ctx, slog.LevelWarn, "dlock: redis may evict held locks", attrs...)
+}
+
+// durableVerdict is why WithDurableGrant cannot be kept on the servers of
+// facts, or nil: it confirms grants with WAITAOF's numlocal, which only
+// stands for an fsync on a server with WAITAOF whose appendfsync is always,
+// or everysec on a server that waits for the fsync (serverreq.EarlyWaitAOF).
+// Anything it cannot read refuses: the option exists to be trusted.
+func durableVerdict(facts []serverFacts) error {
+	for _, f := range facts {
+		at := ""
+		if f.addr != "" {
+			at = " at " + f.addr
+		}
+		switch {
+		case f.waitAOF == nil:
+			return fmt.Errorf("%w: WithDurableGrant needs WAITAOF, and %s%s refused to say whether it has it (COMMAND INFO)", ErrUnsupportedServer, f.server, at)
+		case !*f.waitAOF:
+			return fmt.Errorf("%w: WithDurableGrant needs WAITAOF, which %s%s does not have (Redis 7.2 or newer, or Valkey, has it)", ErrUnsupportedServer, f.server, at)
+		case f.aof == "no":
+			return fmt.Errorf("%w: WithDurableGrant needs appendonly yes, and %s%s has AOF off: CONFIG SET appendonly yes (and in its config file)", ErrUnsupportedServer, f.server, at)
+		case f.fsync == "always" && f.aof == "yes":
+		case f.fsync == "" || f.aof == "":
+			return fmt.Errorf("%w: WithDurableGrant: cannot read appendonly and appendfsync on %s%s (CONFIG GET refused), and WAITAOF confirms an fsync only with appendfsync always, or everysec on Redis 8.0 or newer", ErrUnsupportedServer, f.server, at)
+		case f.fsync == "no":
+			return fmt.Errorf("%w: WithDurableGrant with appendfsync no on %s%s: the server never fsyncs on its own schedule, so WAITAOF cannot confirm a grant; set appendfsync always or everysec", ErrUnsupportedServer, f.server, at)
+		case serverreq.EarlyWaitAOF(f.server):
+			return fmt.Errorf("%w: WithDurableGrant with appendfsync %s on %s%s: it answers WAITAOF before the fsync under everysec (the bug Redis 8.0 fixed, redis/redis#13793), so a crash could still lose a grant it confirmed; set appendfsync always, which keeps every grant without the option, or run Redis 8.0 or newer",
+				ErrUnsupportedServer, f.fsync, f.server, at)
+		}
+	}
+	return nil
 }

@@ -88,18 +88,25 @@ func (d *doctorRun) checkDurable(n dataNode, f nodeFacts) {
 	if aof == "" {
 		aof = map[string]string{"1": "yes", "0": "no"}[f.info["aof_enabled"]]
 	}
+	fsync := f.config["appendfsync"]
 	var msg string
 	switch {
 	case f.waitAOF == nil:
-		msg = "cannot tell whether the server has WAITAOF (COMMAND INFO refused): dlock.WithDurableGrant may be refused"
+		msg = "cannot tell whether the server has WAITAOF (COMMAND INFO refused): dlock.WithDurableGrant is refused"
 	case !*f.waitAOF:
 		msg = fmt.Sprintf("%s has no WAITAOF: dlock.WithDurableGrant is refused (Redis 7.2 or newer, or Valkey, has it); appendfsync always is what keeps grants across a crash here", s)
-	case aof == "yes":
-		msg = "WAITAOF and AOF on: dlock.WithDurableGrant confirms each grant and renewal on disk, which keeps those locks across a crash with appendfsync everysec"
 	case aof == "no":
 		msg = "WAITAOF, but AOF off: the server refuses dlock.WithDurableGrant's WAITAOF until appendonly is yes"
+	case aof != "yes" || fsync == "":
+		msg = "WAITAOF; AOF or appendfsync unknown (see persistence): dlock.WithDurableGrant is refused unless the server shows appendfsync"
+	case fsync == "always":
+		msg = "WAITAOF, AOF with appendfsync always: every grant is on disk before its reply; dlock.WithDurableGrant is accepted (and adds WAITAOF for replicas' disks with WithReplicas)"
+	case fsync == "everysec" && serverreq.EarlyWaitAOF(s):
+		msg = fmt.Sprintf("WAITAOF, AOF with appendfsync everysec, but %s answers WAITAOF before the fsync under everysec (the bug Redis 8.0 fixed, redis/redis#13793): dlock.WithDurableGrant is refused; appendfsync always keeps every grant", s)
+	case fsync == "everysec":
+		msg = "WAITAOF and AOF with appendfsync everysec: dlock.WithDurableGrant confirms each grant and renewal on disk (waiting for the next fsync, up to a second), which keeps those locks across a crash"
 	default:
-		msg = "WAITAOF; AOF unknown (see persistence): dlock.WithDurableGrant works only with appendonly yes"
+		msg = "WAITAOF, but appendfsync " + fsync + " never fsyncs on the server's schedule: dlock.WithDurableGrant is refused"
 	}
 	d.add("durable-grant", statusOK, n.addr, msg, "")
 }
@@ -137,9 +144,13 @@ func (d *doctorRun) checkPersistence(n dataNode, f nodeFacts) {
 		if fsync == "no" {
 			lose = "the writes the OS had not flushed (often up to 30 s)"
 		}
+		fix := restartFix
+		if s := serverreq.Identify(func(k string) string { return f.info[k] }); fsync == "everysec" && f.waitAOF != nil && *f.waitAOF && !serverreq.EarlyWaitAOF(s) {
+			fix += "; or keep everysec and acquire the locks that must survive a crash with dlock.WithDurableGrant (see durable-grant)"
+		}
 		d.add("persistence", statusWarn, n.addr,
 			fmt.Sprintf("AOF with appendfsync %s: a crash of the machine loses %s, so a lock granted just before it is free after the restart while its holder works on; %s", fsync, lose, fenceAfterRestart),
-			restartFix)
+			fix)
 	}
 }
 

@@ -382,3 +382,30 @@ func TestDoctorClusterDown(t *testing.T) {
 		wantFinding(t, f, statusFail, "cluster_state fail", "redis-cli --cluster check")
 	}
 }
+
+// durable-grant says whether dlock.WithDurableGrant works: asked of the
+// server (COMMAND INFO WAITAOF), on each kind of server whatever the run's.
+func TestDoctorDurableGrant(t *testing.T) {
+	for _, tc := range []struct {
+		flavor string
+		args   []string
+		parts  []string
+	}{
+		{"redis", nil, []string{"Redis 7.0", "has no WAITAOF", "WithDurableGrant is refused"}},
+		// Every Valkey so far answers WAITAOF early under everysec.
+		{"valkey", []string{"--appendonly", "yes", "--appendfsync", "everysec"}, []string{"before the fsync", "redis/redis#13793", "is refused"}},
+		{"valkey", []string{"--appendonly", "yes", "--appendfsync", "always"}, []string{"appendfsync always", "WithDurableGrant is accepted"}},
+		{"valkey", nil, []string{"WAITAOF, but AOF off", "appendonly is yes"}},
+	} {
+		srv := redistest.StartFlavor(t, tc.flavor, tc.args...)
+		_, rep, r := doctor(t, addr(srv))
+		if len(only(rep, "durable-grant")) != 1 {
+			t.Fatalf("%s %v: no durable-grant line:\n%s%s", tc.flavor, tc.args, r.stdout, r.stderr)
+		}
+		want(t, rep, "durable-grant", statusOK, tc.parts...)
+		if fix := only(rep, "persistence")[0].Fix; strings.Contains(fix, "WithDurableGrant") {
+			// Named only where it would keep its promise: never here.
+			t.Errorf("%s %v: the persistence fix offers WithDurableGrant: %s", tc.flavor, tc.args, fix)
+		}
+	}
+}

@@ -33,6 +33,7 @@ type Server struct {
 
 	binary string
 	args   []string // extra arguments, kept for Restart
+	env    []string // extra environment, kept for Restart
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -48,13 +49,28 @@ func Launch(ctx context.Context, dir string, extra ...string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return launch(ctx, bin, dir, extra)
+	return launch(ctx, bin, dir, nil, extra)
 }
 
 // LaunchFlavor is Launch with the server of the flavor named ("redis" or
 // "valkey"), whatever FlavorEnv says: for the tests of what one server has
 // and the other lacks (WAITAOF: Valkey has it, Debian's Redis 7.0 not).
 func LaunchFlavor(ctx context.Context, flavor, dir string, extra ...string) (*Server, error) {
+	return LaunchFlavorEnv(ctx, flavor, dir, nil, extra...)
+}
+
+// LaunchFlavorEnv is LaunchFlavor with env added to the server's
+// environment, at start and at every Restart (LD_PRELOAD of a library
+// that watches its fsyncs, for the torture run's crash). flavor "" is
+// FlavorEnv's.
+func LaunchFlavorEnv(ctx context.Context, flavor, dir string, env []string, extra ...string) (*Server, error) {
+	if flavor == "" {
+		f, err := current()
+		if err != nil {
+			return nil, err
+		}
+		flavor = f.Name
+	}
 	f, ok := flavors[flavor]
 	if !ok {
 		return nil, fmt.Errorf("redistest: flavor %q: want redis or valkey", flavor)
@@ -66,10 +82,10 @@ func LaunchFlavor(ctx context.Context, flavor, dir string, extra ...string) (*Se
 	if err != nil {
 		return nil, err
 	}
-	return launch(ctx, bin, dir, extra)
+	return launch(ctx, bin, dir, env, extra)
 }
 
-func launch(ctx context.Context, bin, dir string, extra []string) (*Server, error) {
+func launch(ctx context.Context, bin, dir string, env, extra []string) (*Server, error) {
 	var lastErr error
 	// The free port is found by binding and closing it, so another process can
 	// take it before redis-server binds: try a few ports before giving up.
@@ -78,7 +94,7 @@ func launch(ctx context.Context, bin, dir string, extra []string) (*Server, erro
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, binary: bin, args: extra}
+		s := &Server{Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, binary: bin, args: extra, env: env}
 		if lastErr = s.start(ctx); lastErr == nil {
 			return s, nil
 		}
@@ -105,6 +121,9 @@ func (s *Server) start(ctx context.Context) error {
 		"--dir", s.Dir,
 	}, s.args...)
 	cmd := exec.Command(s.binary, args...)
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	// Kill the server if the process that started it dies without cleanup
 	// (a test binary killed by a timeout), so no orphan keeps the port.
 	cmd.SysProcAttr = ChildAttr()

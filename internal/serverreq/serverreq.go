@@ -157,3 +157,20 @@ func Commands(val any, err error) Known {
 	shard, waitAOF := reply[0] != nil, reply[1] != nil
 	return Known{ShardChannels: &shard, WaitAOF: &waitAOF}
 }
+
+// EarlyWaitAOF reports whether s may answer WAITAOF's numlocal before the
+// fsync it stands for when appendfsync is everysec: the branch of
+// flushAppendOnlyFile that advances the fsynced offset with writes not yet
+// fsynced, added in Redis 7.2 (redis/redis#12622) and fixed in Redis 8.0
+// (redis/redis#13793). Every Valkey release so far has it: 8.0.1 here (a
+// crash cut to the last fsync lost writes WAITAOF had confirmed:
+// TestWAITAOFConfirmsBeforeFsyncUnderEverysec), 8.1.10 and 9.1.2 as
+// reported. A version it cannot read counts as early: the caller refuses
+// rather than trusts.
+func EarlyWaitAOF(s Server) bool {
+	if s.Name == "Valkey" {
+		return true
+	}
+	v, ok := Parse(s.Version)
+	return !ok || Older(v, [2]int{8, 0})
+}

@@ -553,7 +553,7 @@ func (c *checker) freeStretch(a Attempt) (from, to int64, ok bool) {
 func (c *checker) faultGrants() {
 	for _, f := range c.h.Faults {
 		switch f.Kind {
-		case FaultFailover, FaultFailoverManual, FaultMigrate, FaultRestartAOF, FaultRestartEmpty:
+		case FaultFailover, FaultFailoverManual, FaultMigrate, FaultRestartAOF, FaultRestartEmpty, FaultCrash, FaultCrashDurable:
 		default:
 			continue
 		}

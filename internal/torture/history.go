@@ -87,8 +87,14 @@ const (
 	FaultReset        = "reset"         // a connection reset right after a lock command was written
 	FaultRestartAOF   = "restart-aof"   // the lock's Redis killed and restarted with appendfsync always
 	FaultRestartEmpty = "restart-empty" // the lock's Redis killed and restarted empty
-	FaultEvict        = "evict"         // memory filled under volatile-lru: lock keys evicted
-	FaultFailover     = "failover"      // a replica promoted (Sentinel or Cluster)
+	// FaultCrash: the lock's Redis (appendfsync everysec) killed as a
+	// machine crash would: its AOF cut back to its last fsync (crashEnv),
+	// and restarted at once. FaultCrashDurable is the same crash under
+	// workers that acquire WithDurableGrant: it excuses nothing.
+	FaultCrash        = "crash"
+	FaultCrashDurable = "crash-durable"
+	FaultEvict        = "evict"    // memory filled under volatile-lru: lock keys evicted
+	FaultFailover     = "failover" // a replica promoted (Sentinel or Cluster)
 	// FaultForceUnlock: an operator's dlock.ForceUnlock of a lock just
 	// handed from a releasing holder to a waiter, which may not have heard
 	// of its grant yet.
@@ -119,6 +125,7 @@ const (
 var expected = map[string]string{
 	FaultPause:        "holder paused past its lease",
 	FaultRestartEmpty: "Redis restarted without persistence",
+	FaultCrash:        "crash lost the AOF's writes since its last fsync (appendfsync everysec)",
 	FaultEvict:        "lock keys evicted (volatile-lru)",
 	FaultFailover:     "failover with asynchronous replication",
 	// The holder learns at its next renewal; until then it overlaps the

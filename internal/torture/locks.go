@@ -222,12 +222,15 @@ func (h *naiveHold) Release(ctx context.Context) error {
 func (n *naive) Close(context.Context) error { return nil }
 
 // newLocker makes the locker of kind over rdb.
-func newLocker(kind string, rdb redis.UniversalClient, owner, prefix string, ttl, wait time.Duration, replicas, permits int) (locker, error) {
+func newLocker(kind string, rdb redis.UniversalClient, owner, prefix string, ttl, wait time.Duration, replicas, permits int, durable time.Duration) (locker, error) {
 	switch kind {
 	case LockDlock, LockNoFence:
 		opts := []dlock.AcquireOption{dlock.WithTTL(ttl), dlock.WithWait(wait)}
 		if replicas > 0 {
 			opts = append(opts, dlock.WithReplicas(replicas, ttl/4))
+		}
+		if durable > 0 {
+			opts = append(opts, dlock.WithDurableGrant(durable))
 		}
 		if permits > 0 {
 			opts = append(opts, dlock.WithPermits(permits))

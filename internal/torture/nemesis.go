@@ -1,6 +1,7 @@
 package torture
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,8 @@ func (r *run) nemesis(ctx context.Context) {
 			err = r.cut(ctx, kind)
 		case FaultRestartAOF, FaultRestartEmpty:
 			err = r.restart(ctx, kind)
+		case FaultCrash, FaultCrashDurable:
+			err = r.crash(ctx, kind)
 		case FaultEvict:
 			err = r.evict(ctx)
 		case FaultFailover:
@@ -246,6 +249,29 @@ func (r *run) restart(ctx context.Context, kind string) error {
 		note = fmt.Sprintf("appendfsync always, down %v", down.Round(time.Millisecond))
 	}
 	r.fault(Fault{Kind: kind, Worker: -1, From: from, To: to, Note: note})
+	return nil
+}
+
+// crash kills the lock's Redis with SIGKILL, cuts its AOF back to what its
+// last fsync covered (what a machine crash leaves on disk), and starts it
+// again at once: the holders of grants the cut lost still have lease left
+// when it serves again, which a restart after a long down time would not
+// show (their leases would end first).
+func (r *run) crash(ctx context.Context, kind string) error {
+	if r.lockSrv == nil || r.fsyncLog == "" {
+		return fmt.Errorf("torture: %s needs a Redis the run started with its fsync log", kind)
+	}
+	r.awaitWaiter(ctx)
+	from := Now()
+	r.lockSrv.Kill()
+	cut, err := cutToFsynced(r.fsyncLog)
+	if err != nil {
+		return fmt.Errorf("torture: cut the AOF to its last fsync: %w", err)
+	}
+	if err := r.lockSrv.Restart(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("torture: restart the lock's Redis: %w", err)
+	}
+	r.fault(Fault{Kind: kind, Worker: -1, From: from, To: Now(), Note: fmt.Sprintf("appendfsync %s, %d AOF bytes after the last fsync lost", cmp.Or(r.sc.Fsync, "everysec"), cut)})
 	return nil
 }
 

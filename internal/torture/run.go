@@ -45,6 +45,12 @@ type Scenario struct {
 	Reset float64
 	// Persist starts the lock's Redis with appendfsync always.
 	Persist bool
+	// Durable asks dlock for WithDurableGrant (on Valkey, whatever the
+	// run's server: Debian's Redis 7.0 has no WAITAOF).
+	Durable bool
+	// Fsync is the lock's Redis' appendfsync under the crash faults:
+	// everysec when "".
+	Fsync string
 	// Topology is "" (one Redis, a proxy per worker), "sentinel" or
 	// "cluster"; Replicas asks dlock for WithReplicas.
 	Topology string
@@ -139,6 +145,7 @@ type run struct {
 	plannedTo  string
 
 	lockSrv   *redistest.Server // nil when the user named the Redis
+	fsyncLog  string            // where the lock's Redis logs its fsyncs (crashEnv), for FaultCrash
 	resSrv    *redistest.Server
 	res       *redis.Client
 	lockAddr  string
@@ -180,7 +187,7 @@ func (r *run) start(ctx context.Context) error {
 			return err
 		}
 	} else if r.env.Redis == nil {
-		var args []string
+		var args, env []string
 		if r.sc.Persist {
 			args = []string{"--appendonly", "yes", "--appendfsync", "always"}
 		}
@@ -188,7 +195,19 @@ func (r *run) start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if r.lockSrv, err = redistest.Launch(ctx, dir, args...); err != nil {
+		flavor := ""
+		if r.crashes() {
+			// A machine crash needs what the server's fsyncs covered:
+			// see crashEnv.
+			args = []string{"--appendonly", "yes", "--appendfsync", cmp.Or(r.sc.Fsync, "everysec")}
+			if env, r.fsyncLog, err = crashEnv(ctx, dir); err != nil {
+				return err
+			}
+		}
+		if r.sc.Durable {
+			flavor = "valkey"
+		}
+		if r.lockSrv, err = redistest.LaunchFlavorEnv(ctx, flavor, dir, env, args...); err != nil {
 			return err
 		}
 		r.lockAddr = r.lockSrv.Addr
@@ -229,6 +248,12 @@ func (r *run) start(ctx context.Context) error {
 // wait is every worker's WithWait.
 func (r *run) wait() time.Duration { return cmp.Or(r.sc.Wait, 4*r.sc.TTL) }
 
+// crashes reports whether the nemesis crashes the lock's Redis as a machine
+// crash would (FaultCrash, FaultCrashDurable).
+func (r *run) crashes() bool {
+	return slices.Contains(r.sc.Faults, FaultCrash) || slices.Contains(r.sc.Faults, FaultCrashDurable)
+}
+
 func (r *run) readTimeout() time.Duration { return max(r.sc.TTL*4/5, 100*time.Millisecond) }
 
 // spawn starts a worker process in slot.
@@ -246,6 +271,12 @@ func (r *run) spawn(slot int) error {
 		Prefix: r.env.Prefix, Names: names, TTL: r.sc.TTL, Wait: r.wait(), ReadTimeout: r.readTimeout(),
 		Work: cmp.Or(r.sc.Work, 3*time.Millisecond), Long: r.sc.Long, Reset: r.sc.Reset, Replicas: r.sc.Replicas, Seed: r.env.Seed,
 		Permits: r.sc.Permits, Shared: r.sc.Shared,
+	}
+	if r.sc.Durable {
+		// Room below the read timeout for WAITAOF's answer (see
+		// dlock's checkWaitRoom): the fsync comes within a cron tick
+		// or two.
+		cfg.Durable = r.readTimeout() / 2
 	}
 	switch {
 	case r.sc.Nodes > 0:

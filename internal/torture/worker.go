@@ -49,6 +49,8 @@ type workerConfig struct {
 	Reset    float64 `json:"reset,omitempty"`
 	Replicas int     `json:"replicas,omitempty"`
 	Permits  int     `json:"permits,omitempty"`
+	// Durable is WithDurableGrant's timeout; 0: not asked.
+	Durable time.Duration `json:"durable,omitempty"`
 	// Shared is the share of acquisitions that are read locks.
 	Shared float64 `json:"shared,omitempty"`
 	Seed   uint64  `json:"seed"`
@@ -153,7 +155,7 @@ func runWorker(ctx context.Context, cfg workerConfig, out *bufio.Writer) error {
 	if nodeLock(cfg.Lock) {
 		lk, err = newNodeLocker(cfg, fmt.Sprintf("w%d", cfg.ID))
 	} else {
-		lk, err = newLocker(cfg.Lock, rdb, fmt.Sprintf("w%d", cfg.ID), cfg.Prefix, cfg.TTL, cfg.Wait, cfg.Replicas, cfg.Permits)
+		lk, err = newLocker(cfg.Lock, rdb, fmt.Sprintf("w%d", cfg.ID), cfg.Prefix, cfg.TTL, cfg.Wait, cfg.Replicas, cfg.Permits, cfg.Durable)
 	}
 	if err != nil {
 		return err
