@@ -56,6 +56,12 @@ test-deps: deps valkey-deps
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
 	fi
+	@if ! command -v gcc >/dev/null; then \
+		echo "installing gcc from Debian's packages (the torture crash fault builds its fsync log library)"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc libc6-dev >/dev/null; \
+	fi
 	@if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 		echo "installing postgresql from Debian's packages (examples/dbtx tests on a throwaway cluster)"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \

@@ -74,7 +74,8 @@
 // takes several names, all or none, in a fixed order (no deadlock between two sets). WithReentry lets code
 // that holds a lock take it again through its context; WithMinHold keeps a
 // lock for a minimum time (once a day, not once per instance); WithReplicas
-// waits for replicas to acknowledge a grant. docs/family.md shows each.
+// waits for replicas to acknowledge a grant, WithDurableGrant for the disk
+// (where the server's WAITAOF means it). docs/family.md shows each.
 //
 // # Other packages
 //
