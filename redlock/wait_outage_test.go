@@ -256,8 +256,11 @@ func TestWaitRidesOutLateFenceRound(t *testing.T) {
 			slow[0].n.Load(), slow[1].n.Load(), err)
 	}
 	defer l.Release(bg)
-	if slow[0].n.Load() < 2 && slow[1].n.Load() < 2 {
-		t.Fatalf("the lock came without a second attempt's write-back (%d, %d): the late round was not forced",
-			slow[0].n.Load(), slow[1].n.Load())
+	// A write-back held is a round run late (3 s against a 600 ms
+	// validity), which the wait rode out. Which node's it was depends on
+	// which replies made the first quorum: a later attempt may find that
+	// node raised by then (the held write-back landed) and need none.
+	if slow[0].n.Load() == 0 && slow[1].n.Load() == 0 {
+		t.Fatal("the lock came without a fence write-back to node 1 or 2: the late round was not forced")
 	}
 }
