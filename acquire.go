@@ -46,6 +46,9 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ac acquireConfig) 
 // (containers on the host's network, each its process 1). It walks the held
 // locks, so it runs once per error returned, not per busy reply.
 func (c *Client) confirmSelf(err error) error {
+	if err == nil {
+		return nil // ne below escapes (errors.As): no allocation for a success
+	}
 	var ne *NotObtainedError
 	if errors.As(err, &ne) && ne.Self {
 		ne.Self = c.own.Holds(func(l *redisLock) bool { return l.name == ne.Name && l.fence == ne.holderFence })
@@ -185,13 +188,25 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 	return ac, nil, checkReentry(ctx, name, c.owns)
 }
 
+// applyAcquire applies opts over ac. It is apart from readAcquire because
+// the options take a pointer through an interface, which moves the config
+// it points at to the heap: an acquisition without options (the common
+// TryAcquire(ctx, name)) keeps its config on the stack.
+func applyAcquire(ac acquireConfig, opts []AcquireOption) acquireConfig {
+	p := &ac
+	for _, o := range opts {
+		o.applyAcquire(p)
+	}
+	return *p
+}
+
 // readAcquire applies opts over the defaults and checks them and the name:
 // the rules every Locker applies (lockerkit.ReadAcquireOptions). The TTL is rounded
 // down to whole ms, and cut to the hold limit.
 func readAcquire(name string, b ttlBounds, opts []AcquireOption) (acquireConfig, error) {
 	ac := acquireConfig{ttl: b.Default, wait: DefaultWait, renew: true}
-	for _, o := range opts {
-		o.applyAcquire(&ac)
+	if len(opts) > 0 {
+		ac = applyAcquire(ac, opts)
 	}
 	err := checkName(name)
 	if err == nil {
@@ -284,16 +299,19 @@ type attemptResult struct {
 // grant is given back in the background, so that it does not block everyone
 // for a whole TTL.
 func (c *Client) attempt(ctx context.Context, name string, k node.Keys, ac acquireConfig, token string, queue, keep bool) attemptResult {
+	// The token's arguments are boxed once for the lock's calls: its
+	// acquire here, and the refreshes and release of the lock it makes.
+	k = k.WithToken(token)
 	waiter := ""
 	if queue {
 		waiter = c.id
 	}
-	owner := c.cfg.owner
+	owner, ownerArg := c.cfg.owner, c.ownerArg
 	if ac.owner != "" {
-		owner = ac.owner // WithOwner; a queue entry keeps it for a hand-off
+		owner, ownerArg = ac.owner, nil // WithOwner; a queue entry keeps it for a hand-off
 	}
 	sent := time.Now()
-	res, ack, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.firstLease(), Owner: owner,
+	res, ack, err := c.sendAcquire(ctx, k, ac, node.Acquire(k, token, node.AcquireArgs{TTL: ac.firstLease(), Owner: owner, OwnerArg: ownerArg,
 		Waiter: waiter, Alive: waiterAlive(ac.ttl), QueueExpiry: queueExpiry, FenceLifetime: c.cfg.fenceLifetime,
 		SkipWriters: ac.skipWriters, Permits: ac.permits, Sharded: c.notify.channels.sharded()}))
 	if err != nil {

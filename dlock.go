@@ -20,6 +20,8 @@ import (
 type Client struct {
 	rdb redis.UniversalClient
 	cfg config
+	// ownerArg is cfg.owner boxed once for the acquisitions' arguments.
+	ownerArg any
 	// batch sends the lock calls (acquire, release, refresh, TTL): calls
 	// made while others are out leave together (WithBatchDepth).
 	batch *node.Batcher
@@ -78,7 +80,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, opError("new", "", cfg.err)
 	}
 	c := &Client{
-		rdb: rdb, cfg: cfg, id: newToken()[:16],
+		rdb: rdb, cfg: cfg, ownerArg: cfg.owner, id: newToken()[:16],
 		notify: newNotifier(rdb), queues: map[string]*localQueue{},
 		own: lease.NewOwner[*redisLock](), batch: node.NewBatcher(rdb, cfg.batchDepth),
 	}

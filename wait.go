@@ -272,6 +272,7 @@ func (w *waiter) try(ctx context.Context) attemptResult {
 		w.firstQueued = sent
 	}
 	w.queued = w.queued || confirmed
+	w.keys = w.keys.WithToken(w.token) // built once per token, not per attempt
 	r := w.c.attempt(ctx, w.name, w.keys, w.ac, w.token, confirmed, true)
 	if r.busy {
 		if confirmed {

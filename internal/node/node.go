@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,6 +37,34 @@ type Keys struct {
 	// every call. The lock's acquire reads the semaphore's keys to refuse a
 	// name whose permits are held.
 	boxed *[7]any
+	// tok holds one token's arguments boxed (WithToken).
+	tok *tokenArgs
+}
+
+// tokenArgs are the arguments of a token's calls that boxing would
+// allocate on every call: the token and its release record's key.
+type tokenArgs struct {
+	token  string
+	arg    any // token
+	record any // Record + token
+}
+
+// WithToken returns k with token's arguments built once for the calls of
+// one lock's life (its acquire, refreshes and release); a call for another
+// token builds its own. k already made WithToken(token) is returned as is.
+func (k Keys) WithToken(token string) Keys {
+	if k.tok == nil || k.tok.token != token {
+		k.tok = &tokenArgs{token: token, arg: token, record: k.Record + token}
+	}
+	return k
+}
+
+// tokenArgs returns token and its record key as arguments.
+func (k Keys) tokenArgs(token string) (tok, record any) {
+	if t := k.tok; t != nil && t.token == token {
+		return t.arg, t.record
+	}
+	return token, k.Record + token
 }
 
 // box returns the keys as interface values for a call's arguments; a Keys
@@ -73,10 +102,12 @@ func CheckPrefix(p string) error {
 // KeysOf returns the keys of the lock name under prefix.
 func KeysOf(prefix, name string) Keys {
 	// Keys are built on every acquisition, the hot path of an uncontended
-	// lock: two allocations, the other keys being slices of one string.
-	base := prefix + "{" + name + "}"
-	all := base + sufFence + base + sufQueue + base + sufQData + base + sufHandoff + base + sufRecord +
-		base + sufSem + base + sufSemData
+	// lock: one concatenation (one allocation), every key a slice of it.
+	all := prefix + "{" + name + "}" + sufFence + prefix + "{" + name + "}" + sufQueue +
+		prefix + "{" + name + "}" + sufQData + prefix + "{" + name + "}" + sufHandoff +
+		prefix + "{" + name + "}" + sufRecord + prefix + "{" + name + "}" + sufSem +
+		prefix + "{" + name + "}" + sufSemData
+	base := all[:len(prefix)+len(name)+2]
 	off := 0
 	take := func(suffix string) string {
 		s := all[off : off+len(base)+len(suffix)]
@@ -334,6 +365,10 @@ func noScript(r Reply) bool { return r.Cmd != nil && isNoScript(r.Err()) }
 type AcquireArgs struct {
 	TTL   time.Duration // the lease asked for
 	Owner string        // free text stored with the lock
+	// OwnerArg, when not nil, is Owner boxed by a caller that sends the
+	// same owner on every call (a Client's default owner): boxing a string
+	// costs an allocation.
+	OwnerArg any
 	// Waiter is the client id that queues this token when the lock is
 	// busy, or "" for an attempt that does not queue.
 	Waiter string
@@ -356,6 +391,13 @@ type AcquireArgs struct {
 	Sharded bool
 }
 
+func (a AcquireArgs) ownerArg() any {
+	if a.OwnerArg != nil {
+		return a.OwnerArg
+	}
+	return a.Owner
+}
+
 // Acquire takes the lock for token if it is free (or ours already); a
 // reader's token (Shared) takes a read lock; a semaphore token (Permit) one
 // of a.Permits permits.
@@ -366,13 +408,14 @@ func Acquire(k Keys, token string, a AcquireArgs) Call {
 func lockAcquire(script *redis.Script) func(Keys, string, AcquireArgs) Call {
 	return func(k Keys, token string, a AcquireArgs) Call {
 		b := k.box()
+		tok, record := k.tokenArgs(token)
 		if a.Retake {
 			// ARGV[9] only then: every other call stays as it was.
-			return mkCall(script, 7, b[0], b[1], b[2], b[3], k.Record+token, b[5], b[6],
-				token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters), "1")
+			return mkCall(script, 7, b[0], b[1], b[2], b[3], record, b[5], b[6],
+				tok, ms(a.TTL), a.ownerArg(), a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters), "1")
 		}
-		return mkCall(script, 7, b[0], b[1], b[2], b[3], k.Record+token, b[5], b[6],
-			token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters))
+		return mkCall(script, 7, b[0], b[1], b[2], b[3], record, b[5], b[6],
+			tok, ms(a.TTL), a.ownerArg(), a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime), flag(a.SkipWriters))
 	}
 }
 
@@ -471,7 +514,8 @@ func Refresh(k Keys, token string, ttl time.Duration) Call {
 
 func lockRefresh(script *redis.Script) func(Keys, string, time.Duration) Call {
 	return func(k Keys, token string, ttl time.Duration) Call {
-		return mkCall(script, 1, k.box()[0], token, ms(ttl))
+		tok, _ := k.tokenArgs(token)
+		return mkCall(script, 1, k.box()[0], tok, ms(ttl))
 	}
 }
 
@@ -512,8 +556,9 @@ func Release(k Keys, token string, a ReleaseArgs) Call {
 func lockRelease(script *redis.Script, withdrawable bool) func(Keys, string, ReleaseArgs) Call {
 	return func(k Keys, token string, a ReleaseArgs) Call {
 		b := k.box()
-		return mkCall(script, 5, b[0], b[1], b[2], b[3], k.Record+token,
-			token, ms(a.Record), releaseKind(a, withdrawable), b[4], flag(a.Sharded), ms(a.FenceLifetime), ms(a.MinHold))
+		tok, record := k.tokenArgs(token)
+		return mkCall(script, 5, b[0], b[1], b[2], b[3], record,
+			tok, ms(a.Record), releaseKind(a, withdrawable), b[4], flag(a.Sharded), ms(a.FenceLifetime), ms(a.MinHold))
 	}
 }
 
@@ -521,12 +566,12 @@ func lockRelease(script *redis.Script, withdrawable bool) func(Keys, string, Rel
 // '1' a give-up, 'w' one attempt withdrawn, 'f' a forced unlock (see mark in
 // common.lua). Only exclusive tokens are withdrawn (withdrawable): a Redlock
 // takes no read locks and no permits.
-func releaseKind(a ReleaseArgs, withdrawable bool) string {
+func releaseKind(a ReleaseArgs, withdrawable bool) any {
 	switch {
 	case a.Forced:
-		return "f"
+		return argForced
 	case a.Withdraw && !a.GiveUp && withdrawable:
-		return "w"
+		return argWithdraw
 	}
 	return flag(a.GiveUp)
 }
@@ -583,11 +628,67 @@ func KindOf(token string) Kind {
 // Prefix is the kind's token prefix ("" for exclusive tokens).
 func (k Kind) Prefix() string { return kinds[k].prefix }
 
-func ms(d time.Duration) int64 { return d.Milliseconds() }
-
-func flag(b bool) string {
-	if b {
-		return "1"
+// ms is d in whole ms as a call's argument. Boxing an int64 above 255
+// costs an allocation, and most durations a call sends are a Client's
+// settings, the same on every call (the TTL, the queue's, the fence's and
+// the record's lifetimes): msArgs keeps them boxed.
+func ms(d time.Duration) any {
+	m := d.Milliseconds()
+	if m >= 0 && m < 256 {
+		return m // the runtime boxes these without allocating
 	}
-	return "0"
+	return msArgs.box(m)
 }
+
+var msArgs boxes
+
+// boxes holds the interface values of the last few distinct arguments
+// boxed (boxesMax), so that a value sent again costs no allocation. Reads
+// take no lock: the set is a slice replaced whole on a miss. Two misses at
+// once may each drop the other's value, which the next call boxes again.
+type boxes struct {
+	set atomic.Pointer[[]boxed]
+}
+
+type boxed struct {
+	v   int64
+	arg any // v, boxed
+}
+
+// boxesMax bounds a set: a few Clients' settings fit, and a value that
+// changes on every call (a TTL computed per acquisition) costs a copy of
+// the set (16 × 24 bytes) on each miss, not a growing one.
+const boxesMax = 16
+
+func (b *boxes) box(v int64) any {
+	if set := b.set.Load(); set != nil {
+		for i := range *set {
+			if (*set)[i].v == v {
+				return (*set)[i].arg
+			}
+		}
+	}
+	arg := any(v)
+	var set []boxed
+	if old := b.set.Load(); old != nil {
+		set = *old
+	}
+	if len(set) >= boxesMax {
+		set = set[1:] // the oldest goes
+	}
+	set = append(slices.Clip(set), boxed{v: v, arg: arg})
+	b.set.Store(&set)
+	return arg
+}
+
+// flag is b as a call's argument, "1" or "0". The arguments that are
+// always one of a few texts are boxed once (argOne and the others): a
+// string chosen at run time costs an allocation to box, even a constant.
+func flag(b bool) any {
+	if b {
+		return argOne
+	}
+	return argZero
+}
+
+var argOne, argZero, argForced, argWithdraw any = "1", "0", "f", "w"

@@ -39,21 +39,24 @@ func (k Keys) Sem() SemKeys {
 }
 
 func semAcquire(k Keys, token string, a AcquireArgs) Call {
-	s := k.Sem()
-	return mkCall(scripts.SemAcquire, 7, s.Permits, s.Data, k.Fence, s.Queue, s.QData, k.Record+token, k.Lock,
-		token, ms(a.TTL), a.Owner, a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime),
-		a.Permits, k.Handoff, flag(a.Sharded))
+	s, b := k.Sem(), k.box()
+	tok, record := k.tokenArgs(token)
+	return mkCall(scripts.SemAcquire, 7, b[5], b[6], b[1], s.Queue, s.QData, record, b[0],
+		tok, ms(a.TTL), a.ownerArg(), a.Waiter, ms(a.Alive), ms(a.QueueExpiry), ms(a.FenceLifetime),
+		a.Permits, b[4], flag(a.Sharded))
 }
 
 func semRefresh(k Keys, token string, ttl time.Duration) Call {
-	s := k.Sem()
-	return mkCall(scripts.SemRefresh, 2, s.Permits, s.Data, token, ms(ttl))
+	b := k.box()
+	tok, _ := k.tokenArgs(token)
+	return mkCall(scripts.SemRefresh, 2, b[5], b[6], tok, ms(ttl))
 }
 
 func semRelease(k Keys, token string, a ReleaseArgs) Call {
-	s := k.Sem()
-	return mkCall(scripts.SemRelease, 6, s.Permits, s.Data, k.Fence, s.Queue, s.QData, k.Record+token,
-		token, ms(a.Record), releaseKind(a, false), k.Handoff, flag(a.Sharded), ms(a.FenceLifetime))
+	s, b := k.Sem(), k.box()
+	tok, record := k.tokenArgs(token)
+	return mkCall(scripts.SemRelease, 6, b[5], b[6], b[1], s.Queue, s.QData, record,
+		tok, ms(a.Record), releaseKind(a, false), b[4], flag(a.Sharded), ms(a.FenceLifetime))
 }
 
 func semPTTL(k Keys, token string) Call {
