@@ -59,6 +59,7 @@ var (
 	mCPU        = func(c *cellResult) float64 { return c.perOp(c.server.cpu) }
 	mClientCPU  = func(c *cellResult) float64 { return c.perOp(c.clientCPU) }
 	mCmds       = func(c *cellResult) float64 { return c.perOp(float64(c.server.commands)) }
+	mAllocs     = func(c *cellResult) float64 { return c.perOp(float64(c.allocs)) }
 )
 
 // median of m over the repetitions of one cell, skipping failed cells.
@@ -110,6 +111,7 @@ func (r *report) write(w io.Writer, interrupted bool) {
 			r.col("Redis CPU/"+what, mCPU, fmtDur),
 			r.col("client CPU/"+what, mClientCPU, fmtDur),
 			r.col("server cmds/"+what, mCmds, fmtNum),
+			r.col("allocs/"+what, mAllocs, fmtNum),
 		}
 	}
 	if cfg.scenarios[uncontended] {
@@ -169,6 +171,7 @@ const legend = `
 - *round trips*: counted in the client: one per command or pipeline the library sends and waits for (go-redis hook; a rueidis.Client wrapper), including failed attempts and releases, divided by completed acquisitions.
 - *Redis CPU*: delta of INFO used_cpu_sys+used_cpu_user around the cell, divided by completed acquisitions.
 - *client CPU*: this process's user+sys CPU time (getrusage) over the cell, divided by completed acquisitions: the library, go-redis and the Go runtime, one library at a time.
+- *allocs*: heap objects this process allocated over the cell (runtime/metrics /gc/heap/allocs:objects), divided by completed acquisitions: the library, go-redis and the harness's own bookkeeping, which is the same for every library.
 - *server cmds*: delta of INFO total_commands_processed (counts commands run inside scripts too) divided by completed acquisitions.
 - *problems*: gave up = Acquire returned without the lock before the cell ended (library limit or -wait); lost = release found the lock gone; errors = other errors; overlap = a goroutine acquired while another held the lock (must be 0).
 `

@@ -77,6 +77,9 @@ type cellResult struct {
 	// window, seconds: the library under test, go-redis and the runtime
 	// (one library runs at a time).
 	clientCPU float64
+	// allocs is the heap objects this process allocated in the measured
+	// window: the library, go-redis and this harness's bookkeeping.
+	allocs uint64
 }
 
 func (r *cellResult) throughput() float64 {
@@ -149,6 +152,7 @@ func runCell(ctx context.Context, cfg *config, srv *redisServer, lib library, sp
 	}
 	env.rt.reset()
 	cpuBefore, err := processCPU()
+	allocsBefore := heapAllocs()
 	if err != nil {
 		return cellResult{err: err}
 	}
@@ -183,6 +187,7 @@ func runCell(ctx context.Context, cfg *config, srv *redisServer, lib library, sp
 		return cellResult{err: err}
 	}
 	res.clientCPU = (cpuAfter - cpuBefore).Seconds()
+	res.allocs = heapAllocs() - allocsBefore
 	after, err := srv.counters(ctx)
 	if err != nil {
 		return cellResult{err: err}
