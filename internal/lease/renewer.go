@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -380,6 +381,12 @@ func (r *Renewer) send(due []Holder) {
 			continue
 		}
 		for i, p := range parts {
+			if p.Durable > 0 {
+				// A durable call's pipeline waits for the disk (WAITAOF, up
+				// to a second under everysec): in a lane of its own, on a
+				// sender of its own, it holds up no plain call of the node.
+				p.Lane += durableLane
+			}
 			jobs = append(jobs, job{part: p, i: i, round: round})
 		}
 	}
@@ -391,7 +398,8 @@ func (r *Renewer) send(due []Holder) {
 		r.mu.Unlock()
 		return
 	}
-	if one := jobs[0].part.Lane; len(r.lanes) <= 1 && sameLane(jobs) && (len(r.lanes) == 0 || r.lanes[one] != nil) {
+	if one := jobs[0].part.Lane; len(r.lanes) <= 1 && sameLane(jobs) && (len(r.lanes) == 0 || r.lanes[one] != nil) &&
+		!strings.HasSuffix(one, durableLane) {
 		// One node, ever: only the loop sends, and it sends these itself,
 		// straight from jobs, as the loop over one node did before there
 		// were lanes (that node's locks are all it could hold up); a
@@ -464,6 +472,11 @@ func (r *Renewer) unstall(ln *lane) {
 }
 
 // sameLane reports whether every job goes to the lane of the first.
+// durableLane ends the lane name of a node's durable calls (Part.Durable),
+// apart from its other calls. The loop never sends them itself: a plain
+// lock taken later would wait behind their WAITAOF.
+const durableLane = "\x00durable"
+
 func sameLane(jobs []job) bool {
 	for _, j := range jobs[1:] {
 		if j.part.Lane != jobs[0].part.Lane {
@@ -526,13 +539,20 @@ func sendLane(closing context.Context, batch []job) {
 		durable = max(durable, j.part.Durable)
 	}
 	var then func(redis.Pipeliner)
-	var wait *redis.Cmd // of the last pipeline sent
+	// One WAITAOF per pipeline sent: the calls answered NOSCRIPT go again
+	// in a second one, maybe on another connection, whose WAITAOF counts
+	// only that connection's writes, not the first pipeline's.
+	var waits []*redis.Cmd
 	if durable > 0 {
-		then = func(pipe redis.Pipeliner) { wait = pipe.Do(ctx, "WAITAOF", 1, 0, durable.Milliseconds()) }
+		then = func(pipe redis.Pipeliner) { waits = append(waits, pipe.Do(ctx, "WAITAOF", 1, 0, durable.Milliseconds())) }
 	}
 	replies := node.Pipeline(ctx, sent[0].part.Conn, calls, then)
-	local, _ := node.WaitAOF(wait)
-	onDisk := durable == 0 || local >= 1
+	onDisk := true
+	for _, w := range waits {
+		if local, _ := node.WaitAOF(w); local < 1 {
+			onDisk = false
+		}
+	}
 	for i, j := range sent {
 		if v, err := replies[i].Int64(); !onDisk && j.part.Durable > 0 && err == nil && v == 1 {
 			// The refresh ran but may be lost with the last second of

@@ -1,0 +1,111 @@
+package dlock_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/observe"
+)
+
+// slowWAITAOF makes every WAITAOF 1 0 T sent in a pipeline block for T on
+// the server, as Redis 8 under appendfsync everysec does until its next
+// fsync (up to a second): it asks for one replica as well, which the
+// server has not, so the server waits the whole timeout and answers [1, 0].
+type slowWAITAOF struct{ waits atomic.Int64 }
+
+func (s *slowWAITAOF) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (s *slowWAITAOF) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (s *slowWAITAOF) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if strings.EqualFold(c.Name(), "waitaof") {
+				c.Args()[2] = int64(1)
+				s.waits.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// renewsOf counts the successful renewals of one name.
+type renewsOf struct {
+	observe.BaseObserver
+	name string
+	ok   atomic.Int64
+}
+
+func (r *renewsOf) OnRenew(e observe.RenewEvent) {
+	if e.Name == r.name && e.Result == observe.ResultOK {
+		r.ok.Add(1)
+	}
+}
+
+// A durable lock's renewals wait for the disk (WAITAOF, up to its
+// timeout); the plain locks of the same Client do not wait with them: they
+// are renewed in pipelines of their own, so a slow fsync cannot cost them
+// their leases.
+func TestSlowDurableRenewalDoesNotHoldUpPlainLocks(t *testing.T) {
+	srv := redistest.StartFlavor(t, "valkey", aofAlways...)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	slow := &slowWAITAOF{}
+	rdb.AddHook(slow)
+	plain := &renewsOf{name: "plain"}
+	c, err := dlock.New(rdb, dlock.WithObserver(plain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	ctx := context.Background()
+
+	// Scripts loaded first: a NOSCRIPT answer sends a pipeline, and its
+	// WAITAOF, again, which waits twice.
+	warm, err := c.TryAcquire(ctx, "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Refresh(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Release(ctx)
+	// The durable lock's renewal is due every second and waits 900 ms.
+	d, err := c.Acquire(ctx, "durable", dlock.WithTTL(3*time.Second), dlock.WithDurableGrant(900*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Release(ctx)
+	// The plain lock's renewal is due every 100 ms, its lease 300 ms: held
+	// up behind one durable renewal, it is lost.
+	p, err := c.Acquire(ctx, "plain", dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+
+	const renewals = 30 // 3 s of renewals, three durable ones
+	deadline := time.Now().Add(15 * time.Second)
+	for plain.ok.Load() < renewals {
+		select {
+		case <-p.Context().Done():
+			t.Fatalf("the plain lock was lost after %d renewals, with %d slow WAITAOFs sent for the durable one: %v",
+				plain.ok.Load(), slow.waits.Load(), context.Cause(p.Context()))
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the plain lock was renewed %d times in 15 s, want %d", plain.ok.Load(), renewals)
+		}
+	}
+	if slow.waits.Load() < 3 {
+		t.Fatalf("%d WAITAOFs held up, want 3 or more: the durable lock's renewals did not wait", slow.waits.Load())
+	}
+	if err := d.Context().Err(); err != nil {
+		t.Errorf("the durable lock was lost: %v", context.Cause(d.Context()))
+	}
+}
