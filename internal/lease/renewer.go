@@ -544,7 +544,9 @@ func sendLane(closing context.Context, batch []job) {
 	// only that connection's writes, not the first pipeline's.
 	var waits []*redis.Cmd
 	if durable > 0 {
-		then = func(pipe redis.Pipeliner) { waits = append(waits, pipe.Do(ctx, "WAITAOF", 1, 0, durable.Milliseconds())) }
+		then = func(pipe redis.Pipeliner) {
+			waits = append(waits, pipe.Do(ctx, "WAITAOF", 1, 0, durable.Milliseconds()))
+		}
 	}
 	replies := node.Pipeline(ctx, sent[0].part.Conn, calls, then)
 	onDisk := true
