@@ -183,6 +183,12 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 	}
 	if ac.reentrant {
 		nested, err = reenter(ctx, name, ac.shared, ac.permits, c.owns)
+		if err == nil && nested != nil && ac.durable > 0 && !grantedDurable(nested) {
+			// The held lock's grant and renewals were never confirmed on
+			// disk: a handle on it is not what WithDurableGrant promises.
+			_ = nested.Release(ctx) // the handle just added; the held lock stays
+			return ac, nil, reentrant(name, nested, "it was taken without WithDurableGrant, and this acquisition asks for a grant confirmed on disk")
+		}
 		return ac, nested, err
 	}
 	return ac, nil, checkReentry(ctx, name, c.owns)

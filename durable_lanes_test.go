@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -108,4 +109,40 @@ func TestSlowDurableRenewalDoesNotHoldUpPlainLocks(t *testing.T) {
 	if err := d.Context().Err(); err != nil {
 		t.Errorf("the durable lock was lost: %v", context.Cause(d.Context()))
 	}
+}
+
+// A nested WithReentry acquisition asking WithDurableGrant is refused on a
+// lock its context holds that was not taken durable, and shares one that
+// was: a handle on a grant never confirmed on disk is not what it asks for.
+func TestReentryKeepsDurableGrant(t *testing.T) {
+	c, _, h := durableSetup(t, "valkey", aofAlways...)
+	ctx := context.Background()
+	plain, err := c.Acquire(ctx, "plain", dlock.WithReentry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Release(ctx)
+	nested, err := c.Acquire(dlock.NewContext(ctx, plain), "plain", dlock.WithReentry(), dlock.WithDurableGrant(time.Second))
+	if !errors.Is(err, dlock.ErrReentrant) {
+		if nested != nil {
+			_ = nested.Release(ctx)
+		}
+		t.Fatalf("nested durable acquisition on a plain lock: %v, want ErrReentrant (WAITAOF pipelines: %v)", err, h.pipelines)
+	}
+	if plain.Context().Err() != nil {
+		t.Fatal("the refused nested acquisition ended the held lock")
+	}
+	durable, err := c.Acquire(ctx, "durable", dlock.WithReentry(), dlock.WithDurableGrant(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer durable.Release(ctx)
+	nested, err = c.Acquire(dlock.NewContext(ctx, durable), "durable", dlock.WithReentry(), dlock.WithDurableGrant(time.Second))
+	if err != nil {
+		t.Fatalf("nested durable acquisition on a durable lock: %v", err)
+	}
+	if nested.Fence() != durable.Fence() {
+		t.Errorf("nested fence %d, held %d: not a handle on the held lock", nested.Fence(), durable.Fence())
+	}
+	_ = nested.Release(ctx)
 }

@@ -52,6 +52,17 @@ func reentrantOf(l Lock, shared bool, permits int) Lock {
 	return r.handle()
 }
 
+// grantedDurable says whether a re-entry handle's lock was taken with
+// WithDurableGrant: its grant and renewals confirmed on disk.
+func grantedDurable(l Lock) bool {
+	h, ok := l.(*reentrantLock)
+	if !ok {
+		return false
+	}
+	rl, ok := h.r.lock.(*redisLock)
+	return ok && rl.durable > 0
+}
+
 // reenter is how an acquisition with WithReentry of the kind wantShared/permits
 // looks for a lock its context holds (lockerkit.Reenter outside this
 // package, which documents it; mine as for checkReentry).
