@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,7 +40,18 @@ import (
 // is given back, and the acquisition ends at once with an ErrNotDurable
 // that says so.
 //
-// The timeout follows WithReplicas' rule against the client's ReadTimeout.
+// The Client checks the server once and keeps the verdict for its life:
+// appendfsync changed to everysec afterwards (CONFIG SET, a restart with
+// another config file, a failover to a replica set up otherwise) is not
+// seen, and WAITAOF's answers are then taken at their word. Keep the
+// persistence settings of every server a Client may reach the same, or
+// make a new Client after changing them.
+//
+// The timeout follows WithReplicas' rule against the client's ReadTimeout,
+// and is at most a third of the TTL: each renewal, a third of the TTL after
+// the last lease, may wait that long for the disk. With WithReplicas, a
+// replica confirms a write on its disk at its next acknowledgement, about
+// once a second: give the timeout a second or more.
 // It needs a client of one server (standalone or Sentinel): on a Cluster
 // client it is refused with ErrInvalidOption, since renewals there are
 // pipelined through the ClusterClient, whose WAITAOF would go to any node.
@@ -67,8 +79,8 @@ type DurableError struct {
 	Acked   int64
 	Want    int
 	Timeout time.Duration
-	// Refused is the server's reply when it refused WAITAOF (AOF off):
-	// no later attempt is confirmed either.
+	// Refused is the server's reply when it refused WAITAOF (AOF off, or
+	// an ACL without the command): no later attempt is confirmed either.
 	Refused    string
 	releaseErr error // releasing the unconfirmed lock failed too
 }
@@ -76,6 +88,8 @@ type DurableError struct {
 func (e *DurableError) Error() string {
 	var what string
 	switch {
+	case strings.HasPrefix(e.Refused, "NOPERM"):
+		what = fmt.Sprintf("the server refused WAITAOF to this client's user (%s); allow it the command (ACL SETUSER <user> +waitaof)", e.Refused)
 	case e.Refused != "":
 		what = fmt.Sprintf("the server refused WAITAOF (%s); turn appendonly on (CONFIG SET appendonly yes, and in its config file)", e.Refused)
 	case !e.Local:
@@ -140,6 +154,13 @@ func (c *Client) checkDurable(ctx context.Context, ac acquireConfig) error {
 	}
 	if ac.durable < time.Millisecond {
 		return fmt.Errorf("%w: WithDurableGrant(%v) needs a timeout of at least 1ms", ErrInvalidOption, ac.durable)
+	}
+	if ac.renew && ac.durable > ac.ttl/3 {
+		// A renewal leaves every third of the TTL and waits up to the
+		// timeout for the disk: a longer wait lets the lease run out
+		// while the renewal that would extend it is still waiting.
+		return fmt.Errorf("%w: WithDurableGrant(%v) is more than a third of the TTL %v: each renewal, every third of the TTL, waits up to that for the disk; wait at most %v or lengthen the TTL",
+			ErrInvalidOption, ac.durable, ac.ttl, (ac.ttl / 3).Truncate(time.Millisecond))
 	}
 	if _, ok := c.rdb.(*redis.Client); !ok {
 		return fmt.Errorf("%w: WithDurableGrant needs a client of one server (standalone or Sentinel), not %T", ErrInvalidOption, c.rdb)

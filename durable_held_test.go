@@ -146,3 +146,45 @@ func TestReentryKeepsDurableGrant(t *testing.T) {
 	}
 	_ = nested.Release(ctx)
 }
+
+// A durable timeout longer than a third of the TTL is refused: every
+// renewal, a third of the TTL after the last lease, may wait that long, and
+// the lease would run out behind it.
+func TestDurableTimeoutAboveAThirdOfTheTTLRefused(t *testing.T) {
+	c, _, _ := durableSetup(t, "valkey", aofAlways...)
+	ctx := context.Background()
+	_, err := c.TryAcquire(ctx, "long-wait", dlock.WithTTL(time.Second), dlock.WithDurableGrant(700*time.Millisecond))
+	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "700ms") || !strings.Contains(err.Error(), "333ms") {
+		t.Fatalf("TTL 1s with a 700ms durable wait: %v, want ErrInvalidOption naming 700ms and the bound 333ms", err)
+	}
+	l, err := c.TryAcquire(ctx, "long-wait", dlock.WithTTL(time.Second), dlock.WithDurableGrant(300*time.Millisecond))
+	if err != nil {
+		t.Fatalf("TTL 1s with a 300ms durable wait: %v", err)
+	}
+	_ = l.Release(ctx)
+}
+
+// An ACL that forbids WAITAOF is told apart from AOF off by its error code
+// (NOPERM): the error names the command to allow, not appendonly.
+func TestDurableGrantNoPermNamesTheACL(t *testing.T) {
+	srv := redistest.StartFlavor(t, "valkey", aofAlways...)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "nowaitaof", "on", ">pw", "~*", "&*", "+@all", "-waitaof").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "nowaitaof", Password: "pw"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(ctx) })
+	_, err = c.TryAcquire(ctx, "acl", dlock.WithDurableGrant(100*time.Millisecond))
+	if !errors.Is(err, dlock.ErrNotDurable) || !strings.Contains(err.Error(), "+waitaof") || strings.Contains(err.Error(), "appendonly") {
+		t.Fatalf("durable acquisition under an ACL without WAITAOF: %v, want ErrNotDurable naming +waitaof", err)
+	}
+	if n, err := admin.Exists(ctx, "dlock:{acl}").Result(); err != nil || n != 0 {
+		t.Errorf("the unconfirmed grant was left in Redis (exists %d, %v)", n, err)
+	}
+}

@@ -122,7 +122,7 @@ func TestDurableGrantAndRenewalsWaitForTheAOF(t *testing.T) {
 	c, _, h := durableSetup(t, "valkey", aofAlways...)
 	ctx := context.Background()
 	ttl := 1500 * time.Millisecond
-	l, err := c.Acquire(ctx, "durable", dlock.WithTTL(ttl), dlock.WithDurableGrant(time.Second))
+	l, err := c.Acquire(ctx, "durable", dlock.WithTTL(ttl), dlock.WithDurableGrant(500*time.Millisecond))
 	if err != nil {
 		t.Fatalf("acquire on Valkey with appendonly yes: %v", err)
 	}
@@ -185,7 +185,7 @@ func TestDurableRenewalNotConfirmedDoesNotExtendTheLease(t *testing.T) {
 	c, _, h := durableSetup(t, "valkey", aofAlways...)
 	ctx := context.Background()
 	ttl := 1500 * time.Millisecond
-	l, err := c.Acquire(ctx, "renewal", dlock.WithTTL(ttl), dlock.WithDurableGrant(time.Second))
+	l, err := c.Acquire(ctx, "renewal", dlock.WithTTL(ttl), dlock.WithDurableGrant(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestDurableHandOffNotConfirmedIsNotReturned(t *testing.T) {
 	holder, admin, _ := durableSetup(t, "valkey", aofAlways...)
 	ctx := context.Background()
 	ttl := 1500 * time.Millisecond
-	l, err := holder.Acquire(ctx, "handoff", dlock.WithTTL(ttl), dlock.WithDurableGrant(time.Second))
+	l, err := holder.Acquire(ctx, "handoff", dlock.WithTTL(ttl), dlock.WithDurableGrant(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -198,13 +198,26 @@ func sendWithWait(ctx context.Context, conn redis.Cmdable, ac acquireConfig, cal
 	if ac.durable > 0 {
 		local, replicas := node.WaitAOF(wait)
 		ack = waitAck{replicas: replicas, local: local >= 1}
-		if isServerReply(wait.Err()) {
+		if waitAOFRefused(wait.Err()) {
 			ack.refused = wait.Err()
 		}
 	} else {
 		ack.replicas, _ = wait.Int64()
 	}
 	return reply.Val(), ack, nil
+}
+
+// waitAOFRefused tells a WAITAOF refusal that no later attempt cures, by
+// its error code only (the texts differ between servers): ERR, which is
+// AOF off (or a server without the command), and NOPERM, an ACL that
+// forbids it. Other replies (BUSY, LOADING, a failover's READONLY) are of a
+// moment: the grant is unconfirmed, and a wait tries again.
+func waitAOFRefused(err error) bool {
+	if !isServerReply(err) {
+		return false
+	}
+	code, _, _ := strings.Cut(err.Error(), " ")
+	return code == "ERR" || code == "NOPERM"
 }
 
 // redirected reads a MOVED or ASK error reply: "MOVED 3999 127.0.0.1:6381".

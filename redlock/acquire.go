@@ -139,7 +139,7 @@ func (r *Redlock) settings(ctx context.Context, name string, opts []dlock.Acquir
 		err = fmt.Errorf("%w: WithMinHold is not supported by Redlock", dlock.ErrInvalidOption)
 	case s.Replicas > 0:
 		err = fmt.Errorf("%w: WithReplicas is not supported by Redlock, whose nodes are independent primaries", dlock.ErrInvalidOption)
-	case s.DurableGrant > 0:
+	case s.DurableGrant != 0:
 		// WAITAOF on each node of a quorum, and renewals confirmed the
 		// same way, are not built: refused rather than returning grants
 		// the caller believes are on disk.

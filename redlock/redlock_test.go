@@ -140,6 +140,8 @@ func TestRefusesMaxHoldAndReplicas(t *testing.T) {
 		{"WithMinHold", dlock.WithMinHold(400 * time.Millisecond)},
 		{"WithReplicas", dlock.WithReplicas(1, 100*time.Millisecond)},
 		{"Permits", dlock.WithPermits(2)},
+		{"WithDurableGrant", dlock.WithDurableGrant(100 * time.Millisecond)},
+		{"WithDurableGrant negative", dlock.WithDurableGrant(-time.Second)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, acquire := range []func(context.Context, string, ...dlock.AcquireOption) (dlock.Lock, error){r.Acquire, r.TryAcquire} {

@@ -274,9 +274,10 @@ func (r *run) spawn(slot int) error {
 	}
 	if r.sc.Durable {
 		// Room below the read timeout for WAITAOF's answer (see
-		// dlock's checkWaitRoom): the fsync comes within a cron tick
-		// or two.
-		cfg.Durable = r.readTimeout() / 2
+		// dlock's checkWaitRoom), and at most a third of the TTL, which
+		// dlock asks (each renewal waits for it): the fsync comes within
+		// a cron tick or two.
+		cfg.Durable = min(r.readTimeout()/2, r.sc.TTL/3)
 	}
 	switch {
 	case r.sc.Nodes > 0:
