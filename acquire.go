@@ -173,21 +173,23 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 		err = c.checkReplicaWait(ac)
 	}
 	if err == nil {
-		err = c.checkDurable(ctx, ac)
+		// Closed or cancelled before the durable check, which asks the
+		// server: those errors are the caller's to see, not ErrUnavailable.
+		err = c.checkUsable(ctx)
 	}
 	if err == nil {
-		err = c.checkUsable(ctx)
+		err = c.checkDurable(ctx, ac)
 	}
 	if err != nil {
 		return ac, nil, opError("acquire", name, err)
 	}
 	if ac.reentrant {
 		nested, err = reenter(ctx, name, ac.shared, ac.permits, c.owns)
-		if err == nil && nested != nil && ac.durable > 0 && !grantedDurable(nested) {
-			// The held lock's grant and renewals were never confirmed on
-			// disk: a handle on it is not what WithDurableGrant promises.
-			_ = nested.Release(ctx) // the handle just added; the held lock stays
-			return ac, nil, reentrant(name, nested, "it was taken without WithDurableGrant, and this acquisition asks for a grant confirmed on disk")
+		if err == nil && nested != nil {
+			if short := reentryShort(nested, ac); short != "" {
+				_ = nested.Release(ctx) // the handle just added; the held lock stays
+				return ac, nil, reentrant(name, nested, short)
+			}
 		}
 		return ac, nested, err
 	}
@@ -225,6 +227,10 @@ func readAcquire(name string, b ttlBounds, opts []AcquireOption) (acquireConfig,
 		// WAIT takes whole ms, and WAIT n 0 would block for ever.
 		err = fmt.Errorf("%w: WithReplicas(%d, %v) needs n >= 0 and a timeout of at least 1ms", ErrInvalidOption, ac.replicas, ac.replicaWait)
 	}
+	if err == nil && ac.durable != 0 && ac.durable < time.Millisecond {
+		// WAITAOF takes whole ms, and WAITAOF 1 0 0 would block for ever.
+		err = fmt.Errorf("%w: WithDurableGrant(%v) needs a timeout of at least 1ms", ErrInvalidOption, ac.durable)
+	}
 	if err == nil && ac.semaphore {
 		err = checkPermits(ac.permits)
 	}
@@ -261,6 +267,11 @@ func readAcquire(name string, b ttlBounds, opts []AcquireOption) (acquireConfig,
 		ac.ttl = ac.maxHold
 	}
 	ac.ttl = ac.ttl.Truncate(time.Millisecond)
+	if ac.durable > 0 && ac.renew {
+		if err := durableWithinTTL(ac.durable, ac.ttl); err != nil {
+			return ac, err
+		}
+	}
 	return ac, nil
 }
 

@@ -15,8 +15,10 @@ import (
 // primary's disk (Redis WAITAOF), at most timeout, and every renewal of the
 // lock too: a primary that crashes and restarts from its append-only file
 // then remembers the lock and the lease its holder counts on. With
-// WithReplicas(n, …) as well, WAITAOF also waits for n replicas' AOFs,
-// within the longer of the two timeouts.
+// WithReplicas(n, …) as well, the grant's WAITAOF also waits for n
+// replicas' AOFs, within the longer of the two timeouts; renewals wait for
+// the primary's disk only (a replica promoted with a shorter lease than
+// the holder counts on is the failover limit WithReplicas documents).
 //
 // A grant the server does not confirm in time is released at once, as
 // WithReplicas does: a single attempt (TryAcquire, WithWait(0)) fails with
@@ -152,16 +154,6 @@ func (c *Client) checkDurable(ctx context.Context, ac acquireConfig) error {
 	if ac.durable == 0 {
 		return nil
 	}
-	if ac.durable < time.Millisecond {
-		return fmt.Errorf("%w: WithDurableGrant(%v) needs a timeout of at least 1ms", ErrInvalidOption, ac.durable)
-	}
-	if ac.renew && ac.durable > ac.ttl/3 {
-		// A renewal leaves every third of the TTL and waits up to the
-		// timeout for the disk: a longer wait lets the lease run out
-		// while the renewal that would extend it is still waiting.
-		return fmt.Errorf("%w: WithDurableGrant(%v) is more than a third of the TTL %v: each renewal, every third of the TTL, waits up to that for the disk; wait at most %v or lengthen the TTL",
-			ErrInvalidOption, ac.durable, ac.ttl, (ac.ttl / 3).Truncate(time.Millisecond))
-	}
 	if _, ok := c.rdb.(*redis.Client); !ok {
 		return fmt.Errorf("%w: WithDurableGrant needs a client of one server (standalone or Sentinel), not %T", ErrInvalidOption, c.rdb)
 	}
@@ -174,12 +166,41 @@ func (c *Client) checkDurable(ctx context.Context, ac acquireConfig) error {
 	// that answers early is the false assurance the option exists to
 	// avoid. Only clients of one server get here, so no hung Cluster
 	// primary holds it up.
-	_ = c.checkServer(ctx)
-	v := c.server.verdict.Load()
-	if v == nil {
-		return fmt.Errorf("%w: WithDurableGrant: the server did not answer its check (INFO, CONFIG GET appendfsync, COMMAND INFO WAITAOF)", ErrUnavailable)
+	// A server that does not answer now may answer within the
+	// acquisition's wait, as an outage is ridden out by the attempts.
+	deadline := time.Now().Add(ac.wait)
+	for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		_ = c.checkServer(ctx)
+		if v := c.server.verdict.Load(); v != nil {
+			return v.durable
+		}
+		if err := c.checkUsable(ctx); err != nil {
+			return err
+		}
+		if time.Now().Add(backoff).After(deadline) {
+			return fmt.Errorf("%w: WithDurableGrant: the server did not answer its check (INFO, CONFIG GET appendfsync, COMMAND INFO WAITAOF)", ErrUnavailable)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
 	}
-	return v.durable
+}
+
+// durableWithinTTL refuses a durable timeout above a third of the TTL of a
+// renewed lock: a renewal leaves every third of the TTL and waits up to the
+// timeout for the disk, and a longer wait lets the lease run out while the
+// renewal that would extend it is still waiting. An acquisition checks it,
+// and so does a Refresh, whose TTL later renewals use.
+func durableWithinTTL(durable, ttl time.Duration) error {
+	if durable <= ttl/3 {
+		return nil
+	}
+	return fmt.Errorf("%w: WithDurableGrant(%v) is more than a third of the TTL %v: each renewal, every third of the TTL, waits up to that for the disk; wait at most %v or lengthen the TTL",
+		ErrInvalidOption, durable, ttl, (ttl / 3).Truncate(time.Millisecond))
 }
 
 // refreshDurable is Refresh's script with WAITAOF after it on one

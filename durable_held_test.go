@@ -161,7 +161,20 @@ func TestDurableTimeoutAboveAThirdOfTheTTLRefused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TTL 1s with a 300ms durable wait: %v", err)
 	}
-	_ = l.Release(ctx)
+	// Refresh sets the TTL later renewals use: the same bound holds.
+	err = l.Refresh(ctx, 600*time.Millisecond)
+	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "300ms") || !strings.Contains(err.Error(), "200ms") {
+		t.Fatalf("Refresh to 600ms of a lock with a 300ms durable wait: %v, want ErrInvalidOption naming 300ms and the bound 200ms", err)
+	}
+	if err := l.Context().Err(); err != nil {
+		t.Fatalf("the refused Refresh ended the lock: %v", context.Cause(l.Context()))
+	}
+	if err := l.Refresh(ctx, 900*time.Millisecond); err != nil {
+		t.Fatalf("Refresh to 900ms, within the bound: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // An ACL that forbids WAITAOF is told apart from AOF off by its error code

@@ -27,6 +27,10 @@ import (
 // fsync takes longer than the timeout.
 type aofHook struct {
 	unconfirm atomic.Bool
+	// demoted, while above 0, answers that many WAITAOFs with the error
+	// Redis gives a replica's WAITAOF, as when a failover demoted the
+	// server between the grant and its WAITAOF.
+	demoted   atomic.Int64
 	mu        sync.Mutex
 	pipelines [][]string // the command names of each pipeline with WAITAOF
 	scripts   atomic.Int64
@@ -76,12 +80,22 @@ func (h *aofHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		if h.unconfirm.Load() && wait.Err() == nil {
 			wait.SetVal([]any{int64(0), int64(0)})
 		}
+		if h.demoted.Load() > 0 && h.demoted.Add(-1) >= 0 {
+			wait.SetErr(serverReply("ERR WAITAOF cannot be used with replica instances. Please also note that writes to replicas are just local and are not propagated."))
+		}
 		h.mu.Lock()
 		h.pipelines = append(h.pipelines, names)
 		h.mu.Unlock()
 		return err
 	}
 }
+
+// serverReply is an error reply as go-redis reads one from the server
+// (a redis.Error).
+type serverReply string
+
+func (e serverReply) Error() string { return string(e) }
+func (serverReply) RedisError()     {}
 
 // count returns how many WAITAOF pipelines began with a call of script.
 func (h *aofHook) count(script string) int {
@@ -251,6 +265,89 @@ func TestDurableGrantRefusedWAITAOFEndsTheWait(t *testing.T) {
 	}
 	if n, err := admin.Exists(ctx, "dlock:{aof-off-later}").Result(); err != nil || n != 0 {
 		t.Fatalf("lock key left after the refusal: %d, %v", n, err)
+	}
+}
+
+// A WAITAOF answered ERR by a server whose AOF is on (a replica's answer:
+// a failover demoted the server between the grant and its WAITAOF) is of a
+// moment: the grant is released and the wait goes on, and the next attempt
+// is confirmed. Only a server that says its AOF is off ends the wait.
+func TestDurableGrantReplicaRefusalIsWaitedOut(t *testing.T) {
+	c, admin, h := durableSetup(t, "valkey", aofAlways...)
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "demoted", dlock.WithDurableGrant(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.demoted.Store(1)
+	l, err = c.Acquire(ctx, "demoted", dlock.WithDurableGrant(50*time.Millisecond), dlock.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire after one WAITAOF answered as by a replica: %v, want the next attempt's grant", err)
+	}
+	if n := h.demoted.Load(); n > 0 {
+		t.Fatalf("the refusal was never sent (%d left)", n)
+	}
+	if got := admin.HGet(ctx, "dlock:{demoted}", "token").Val(); got != l.Token() {
+		t.Fatalf("Redis holds token %q, want the returned lock's", got)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The first durable acquisition of a Client asks the server whether
+// WAITAOF stands for an fsync; a server that does not answer yet (down, and
+// back within the wait) is waited for as an outage is, and a closed Client
+// or a cancelled context say so rather than ErrUnavailable.
+func TestDurableCheckRidesOutAnOutageWithinTheWait(t *testing.T) {
+	srv := redistest.StartFlavor(t, "valkey", aofAlways...)
+	var dials atomic.Int64
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newLocker(t, rdb)
+	ctx := context.Background()
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.Acquire(cancelled, "outage", dlock.WithDurableGrant(50*time.Millisecond), dlock.WithWait(time.Minute)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("durable Acquire on a cancelled context: %v, want context.Canceled", err)
+	}
+
+	srv.Kill()
+	before := dials.Load()
+	type result struct {
+		l   dlock.Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "outage", dlock.WithDurableGrant(50*time.Millisecond), dlock.WithWait(20*time.Second))
+		got <- result{l, err}
+	}()
+	waitFor(t, "the check to find the server down twice", func() bool { return dials.Load() >= before+2 })
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("durable Acquire across a short outage at its first check: %v, want a grant once the server is back", r.err)
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	closed := dlock.MustNew(rdb)
+	_ = closed.Close(ctx)
+	if _, err := closed.TryAcquire(ctx, "outage", dlock.WithDurableGrant(50*time.Millisecond)); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("durable TryAcquire on a closed Client: %v, want ErrClosed", err)
 	}
 }
 

@@ -36,6 +36,10 @@ type redisLock struct {
 	// durable is WithDurableGrant's timeout: renewals and refreshes are
 	// confirmed on disk (WAITAOF) before they extend the lease; 0: not.
 	durable time.Duration
+	// replicas is how many replicas confirmed the grant (WithReplicas'
+	// WAIT, or WAITAOF's replicas with durable): what a re-entry asking
+	// for more may not get a handle on.
+	replicas int
 
 	holdWarn time.Duration // report a hold this long (WithHoldWarning); 0: never
 	warned   atomic.Bool   // reported: once per lock
@@ -101,7 +105,7 @@ const (
 func (c *Client) newLock(ctx context.Context, name string, k node.Keys, token string, fence int64, ac acquireConfig, sent time.Time) *redisLock {
 	l := &redisLock{c: c, name: name, keys: k, token: token, fence: fence, renew: ac.renew, start: sent, ttl: ac.ttl,
 		leased: sent, until: leaseEnd(sent, ac.ttl), served: sent.Add(ac.ttl), asked: sent.Add(ac.ttl), minHold: ac.minHold,
-		durable: ac.durable}
+		durable: ac.durable, replicas: ac.replicas}
 	if ac.maxHold > 0 {
 		l.maxHold, l.hold = ac.maxHold, sent.Add(ac.maxHold)
 	}
@@ -206,6 +210,11 @@ func (l *redisLock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return opError("refresh", l.name, err)
 	}
 	ttl = ttl.Truncate(time.Millisecond)
+	if l.durable > 0 && l.renew {
+		if err := durableWithinTTL(l.durable, ttl); err != nil {
+			return opError("refresh", l.name, err)
+		}
+	}
 	if !l.is(held) {
 		return opError("refresh", l.name, ErrNotHeld)
 	}

@@ -52,15 +52,36 @@ func reentrantOf(l Lock, shared bool, permits int) Lock {
 	return r.handle()
 }
 
-// grantedDurable says whether a re-entry handle's lock was taken with
-// WithDurableGrant: its grant and renewals confirmed on disk.
-func grantedDurable(l Lock) bool {
+// reentryShort says what a re-entry handle's held lock lacks of what
+// acquisition ac asks to be confirmed, or "" when it has it all: a grant
+// confirmed on disk (WithDurableGrant) and by at least ac.replicas replicas
+// (WithReplicas). A handle on a lock confirmed with less is not what the
+// options promise.
+func reentryShort(l Lock, ac acquireConfig) string {
+	rl := heldRedisLock(l)
+	switch {
+	case rl == nil && (ac.durable > 0 || ac.replicas > 0):
+		return "what confirmed its grant cannot be told, and this acquisition asks for confirmations"
+	case rl == nil:
+		return ""
+	case ac.durable > 0 && rl.durable == 0:
+		return "it was taken without WithDurableGrant, and this acquisition asks for a grant confirmed on disk"
+	case ac.replicas > rl.replicas && rl.replicas == 0:
+		return fmt.Sprintf("it was taken without WithReplicas, and this acquisition asks for %d replicas to confirm it", ac.replicas)
+	case ac.replicas > rl.replicas:
+		return fmt.Sprintf("its grant was confirmed by %d replicas, and this acquisition asks for %d", rl.replicas, ac.replicas)
+	}
+	return ""
+}
+
+// heldRedisLock is the Client's lock under a re-entry handle, or nil.
+func heldRedisLock(l Lock) *redisLock {
 	h, ok := l.(*reentrantLock)
 	if !ok {
-		return false
+		return nil
 	}
-	rl, ok := h.r.lock.(*redisLock)
-	return ok && rl.durable > 0
+	rl, _ := h.r.lock.(*redisLock)
+	return rl
 }
 
 // reenter is how an acquisition with WithReentry of the kind wantShared/permits

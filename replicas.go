@@ -198,7 +198,7 @@ func sendWithWait(ctx context.Context, conn redis.Cmdable, ac acquireConfig, cal
 	if ac.durable > 0 {
 		local, replicas := node.WaitAOF(wait)
 		ack = waitAck{replicas: replicas, local: local >= 1}
-		if waitAOFRefused(wait.Err()) {
+		if waitAOFRefused(wait.Err()) && refusedForGood(ctx, conn, wait.Err()) {
 			ack.refused = wait.Err()
 		}
 	} else {
@@ -207,17 +207,34 @@ func sendWithWait(ctx context.Context, conn redis.Cmdable, ac acquireConfig, cal
 	return reply.Val(), ack, nil
 }
 
-// waitAOFRefused tells a WAITAOF refusal that no later attempt cures, by
-// its error code only (the texts differ between servers): ERR, which is
-// AOF off (or a server without the command), and NOPERM, an ACL that
-// forbids it. Other replies (BUSY, LOADING, a failover's READONLY) are of a
-// moment: the grant is unconfirmed, and a wait tries again.
+// waitAOFRefused tells a WAITAOF refusal that may be for good, by its error
+// code only (the texts differ between servers): ERR (AOF off, a server
+// without the command, or a replica: refusedForGood tells them apart) and
+// NOPERM, an ACL that forbids it. Other replies (BUSY, LOADING, a
+// failover's READONLY) are of a moment: the grant is unconfirmed, and a
+// wait tries again.
 func waitAOFRefused(err error) bool {
 	if !isServerReply(err) {
 		return false
 	}
 	code, _, _ := strings.Cut(err.Error(), " ")
 	return code == "ERR" || code == "NOPERM"
+}
+
+// refusedForGood tells, of a WAITAOF refused with ERR or NOPERM
+// (waitAOFRefused), whether a later attempt is refused too. NOPERM is an
+// ACL, and an unknown command a server without WAITAOF: for good. ERR is
+// also what Redis answers a replica's WAITAOF, which a failover's moment
+// produces (the acquire script ran on the primary, the WAITAOF after it
+// met the same server demoted) and the next attempt, on the new primary,
+// cures; so an ERR counts as AOF off only when the server says so (INFO
+// persistence), not by its wording, which differs between servers.
+func refusedForGood(ctx context.Context, conn redis.Cmdable, err error) bool {
+	if code, _, _ := strings.Cut(err.Error(), " "); code == "NOPERM" || unknownCommand(err) {
+		return true
+	}
+	info, ierr := conn.Info(ctx, "persistence").Result()
+	return ierr == nil && infoField(info, "aof_enabled") == "0"
 }
 
 // redirected reads a MOVED or ASK error reply: "MOVED 3999 127.0.0.1:6381".

@@ -141,3 +141,49 @@ func TestWaitRidesOutTooFewReplicas(t *testing.T) {
 	// in Redis: given back in the background.
 	waitFor(t, "no unconfirmed lock left in Redis", func() bool { return rdb.Exists(bg, "dlock:{rep-ask-three}").Val() == 0 })
 }
+
+// WithReentry keeps WithReplicas: a nested acquisition asking for more
+// replicas than confirmed the held lock's grant gets no handle on it
+// (ErrReentrant), one asking for as many or fewer does, and the held lock
+// is untouched by the refusal.
+func TestReentryKeepsReplicaCount(t *testing.T) {
+	c, rdb, primary := setup(t)
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	waitFor(t, "replica in sync", func() bool {
+		info := replica.Client(t).Info(bg, "replication").Val()
+		return strings.Contains(info, "master_link_status:up")
+	})
+	plain, err := c.TryAcquire(bg, "rep-plain", dlock.WithReentry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.TryAcquire(plain.Context(), "rep-plain", dlock.WithReentry(), dlock.WithReplicas(1, time.Second))
+	if !errors.Is(err, dlock.ErrReentrant) || !strings.Contains(err.Error(), "without WithReplicas") {
+		t.Fatalf("nested WithReplicas(1) on a lock taken without it: %v, want ErrReentrant saying why", err)
+	}
+	if err := plain.Release(bg); err != nil {
+		t.Fatalf("the held lock after the refused re-entry: %v", err)
+	}
+
+	one, err := c.TryAcquire(bg, "rep-one", dlock.WithReentry(), dlock.WithReplicas(1, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nested, err := c.TryAcquire(one.Context(), "rep-one", dlock.WithReentry(), dlock.WithReplicas(1, time.Second))
+	if err != nil {
+		t.Fatalf("nested WithReplicas(1) on a lock confirmed by 1: %v", err)
+	}
+	_, err = c.TryAcquire(one.Context(), "rep-one", dlock.WithReentry(), dlock.WithReplicas(2, time.Second))
+	if !errors.Is(err, dlock.ErrReentrant) || !strings.Contains(err.Error(), "confirmed by 1 replicas, and this acquisition asks for 2") {
+		t.Fatalf("nested WithReplicas(2) on a lock confirmed by 1: %v, want ErrReentrant naming both counts", err)
+	}
+	if err := nested.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	if got := rdb.HGet(bg, "dlock:{rep-one}", "token").Val(); got != one.Token() || one.Context().Err() != nil {
+		t.Fatalf("held lock after the nested handles: token %q, context %v", got, one.Context().Err())
+	}
+	if err := one.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+}

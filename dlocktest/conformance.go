@@ -540,6 +540,9 @@ func (s *suite) invalidInput(t *testing.T) {
 		{"negative max hold", name, []dlock.AcquireOption{dlock.WithMaxHold(-time.Second)}, dlock.ErrInvalidOption},
 		{"negative min hold", name, []dlock.AcquireOption{dlock.WithMinHold(-time.Second)}, dlock.ErrInvalidOption},
 		{"min hold above max hold", name, []dlock.AcquireOption{dlock.WithMinHold(2 * s.ttl), dlock.WithMaxHold(s.ttl)}, dlock.ErrInvalidOption},
+		{"negative durable grant", name, []dlock.AcquireOption{dlock.WithDurableGrant(-time.Second)}, dlock.ErrInvalidOption},
+		{"durable grant below 1ms", name, []dlock.AcquireOption{dlock.WithDurableGrant(500 * time.Microsecond)}, dlock.ErrInvalidOption},
+		{"durable grant above a third of the TTL", name, []dlock.AcquireOption{dlock.WithDurableGrant(s.ttl / 2)}, dlock.ErrInvalidOption},
 	}
 	for _, c := range cases {
 		opts := append([]dlock.AcquireOption{dlock.WithTTL(s.ttl), dlock.WithWait(s.patience)}, c.opts...)

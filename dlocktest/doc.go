@@ -54,8 +54,9 @@
 //   - WithWait is measured on the Locker's clock, like the leases; context
 //     deadlines stay on the real clock.
 //   - WithReplicas is accepted and always satisfied.
-//   - WithDurableGrant is accepted and always satisfied: nothing is on disk
-//     to lose.
+//   - WithDurableGrant is accepted within its bounds (at least 1ms, at most
+//     a third of a renewed lock's TTL, as on a Client) and always
+//     satisfied: nothing is on disk to lose.
 //
 // # Time
 //

@@ -49,9 +49,11 @@ type AcquireSettings struct {
 	// Replicas and ReplicaTimeout are WithReplicas'; 0 without it.
 	Replicas       int
 	ReplicaTimeout time.Duration
-	// DurableGrant is WithDurableGrant's timeout; 0 without it. A Locker
-	// that cannot confirm its grants on disk refuses it with
-	// dlock.ErrInvalidOption.
+	// DurableGrant is WithDurableGrant's timeout; 0 without it, and within
+	// its bounds (at least 1ms, at most a third of a renewed lock's TTL)
+	// once ReadAcquireOptions returns. A Locker that cannot confirm its
+	// grants on disk refuses it with dlock.ErrInvalidOption; one with
+	// nothing a restart can lose (dlocktest) accepts it.
 	DurableGrant time.Duration
 	// Reentrant is WithReentry's: see Reenter and Reentrant.
 	Reentrant bool
