@@ -548,16 +548,7 @@ func sendLane(closing context.Context, batch []job) {
 			waits = append(waits, pipe.Do(ctx, "WAITAOF", 1, 0, durable.Milliseconds()))
 		}
 	}
-	var replies []node.Reply
-	if conn, ok := sent[0].part.Conn.(*redis.Client); ok && len(calls) > 1 {
-		// One node: the exclusive locks' refreshes go in a few script
-		// calls, not one each (node.Merge). Never on a Cluster or a Ring,
-		// whose clients route a script by its first key.
-		m := node.Merge(calls)
-		replies = m.Split(ctx, node.Pipeline(ctx, conn, m.Calls, then))
-	} else {
-		replies = node.Pipeline(ctx, sent[0].part.Conn, calls, then)
-	}
+	replies := node.Pipeline(ctx, sent[0].part.Conn, calls, then)
 	onDisk := true
 	for _, w := range waits {
 		if local, _ := node.WaitAOF(w); local < 1 {

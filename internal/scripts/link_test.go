@@ -12,7 +12,6 @@ func TestLinkKeepsWhatIsUsed(t *testing.T) {
 	libs := map[string]string{"common": commonSrc, "sem": commonSrc + semCommonSrc}
 	cases := []struct{ name, lib, body string }{
 		{"acquire", "common", acquireSrc}, {"release", "common", releaseSrc}, {"refresh", "common", refreshSrc},
-		{"refresh_many", "common", refreshManySrc},
 		{"acquire_shared", "common", acquireSharedSrc}, {"release_shared", "common", releaseSharedSrc},
 		{"refresh_shared", "common", refreshSharedSrc}, {"pttl_shared", "common", pttlSharedSrc},
 		{"sem_acquire", "sem", semAcquireSrc}, {"sem_release", "sem", semReleaseSrc}, {"sem_refresh", "sem", semRefreshSrc},

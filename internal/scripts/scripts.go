@@ -6,8 +6,8 @@
 // Scripts that grant or extend a lock start with common.lua, so acquiring,
 // refreshing and handing over write a lock the same way.
 //
-// Every script but RefreshMany touches only keys that share one hash tag,
-// so it runs on a single Cluster slot.
+// Every script touches only keys that share one hash tag, so it runs on a
+// single Cluster slot.
 package scripts
 
 import (
@@ -25,8 +25,6 @@ var (
 	releaseSrc string
 	//go:embed refresh.lua
 	refreshSrc string
-	//go:embed refresh_many.lua
-	refreshManySrc string
 	//go:embed pttl.lua
 	pttlSrc string
 	//go:embed acquire_shared.lua
@@ -56,11 +54,7 @@ var (
 	Acquire = redis.NewScript(link(commonSrc, acquireSrc))
 	Release = redis.NewScript(link(commonSrc, releaseSrc))
 	Refresh = redis.NewScript(link(commonSrc, refreshSrc))
-	// RefreshMany is Refresh for several locks of one node, in one call:
-	// the only script whose keys need not share a hash tag, so it is never
-	// sent to a Cluster.
-	RefreshMany = redis.NewScript(link(commonSrc, refreshManySrc))
-	PTTL        = redis.NewScript(pttlSrc)
+	PTTL    = redis.NewScript(pttlSrc)
 
 	// A reader's (read-write locks): chosen by its token's prefix.
 	AcquireShared = redis.NewScript(link(commonSrc, acquireSharedSrc))
