@@ -11,13 +11,20 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-func TestWithReplicas(t *testing.T) {
-	c, rdb, primary := setup(t)
+// startReplica starts a replica of primary and waits until it is in sync.
+func startReplica(t *testing.T, primary *redistest.Server) *redistest.Server {
+	t.Helper()
 	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
 	waitFor(t, "replica in sync", func() bool {
 		info := replica.Client(t).Info(bg, "replication").Val()
 		return strings.Contains(info, "master_link_status:up")
 	})
+	return replica
+}
+
+func TestWithReplicas(t *testing.T) {
+	c, rdb, primary := setup(t)
+	replica := startReplica(t, primary)
 
 	l, err := c.Acquire(bg, "rep", dlock.WithReplicas(1, time.Second))
 	if err != nil {
@@ -148,11 +155,7 @@ func TestWaitRidesOutTooFewReplicas(t *testing.T) {
 // is untouched by the refusal.
 func TestReentryKeepsReplicaCount(t *testing.T) {
 	c, rdb, primary := setup(t)
-	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
-	waitFor(t, "replica in sync", func() bool {
-		info := replica.Client(t).Info(bg, "replication").Val()
-		return strings.Contains(info, "master_link_status:up")
-	})
+	startReplica(t, primary)
 	plain, err := c.TryAcquire(bg, "rep-plain", dlock.WithReentry())
 	if err != nil {
 		t.Fatal(err)
