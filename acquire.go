@@ -177,8 +177,14 @@ func (c *Client) prepare(ctx context.Context, name string, opts []AcquireOption)
 		// server: those errors are the caller's to see, not ErrUnavailable.
 		err = c.checkUsable(ctx)
 	}
-	if err == nil {
+	if err == nil && ac.durable > 0 {
+		// The durable check may wait for the server within the wait: what
+		// it used is not waited again.
+		start := time.Now()
 		err = c.checkDurable(ctx, ac)
+		if ac.wait > 0 {
+			ac.wait = max(ac.wait-time.Since(start), 0)
+		}
 	}
 	if err != nil {
 		return ac, nil, opError("acquire", name, err)

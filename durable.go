@@ -167,10 +167,20 @@ func (c *Client) checkDurable(ctx context.Context, ac acquireConfig) error {
 	// avoid. Only clients of one server get here, so no hung Cluster
 	// primary holds it up.
 	// A server that does not answer now may answer within the
-	// acquisition's wait, as an outage is ridden out by the attempts.
+	// acquisition's wait, as an outage is ridden out by the attempts; the
+	// checks are bounded by that wait (prepare takes what they used off
+	// it). Without a wait, one check on the caller's context, as before.
 	deadline := time.Now().Add(ac.wait)
 	for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		_ = c.checkServer(ctx)
+		if err := c.checkUsable(ctx); err != nil {
+			return err
+		}
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if ac.wait > 0 {
+			cctx, cancel = context.WithDeadline(ctx, deadline)
+		}
+		_ = c.checkServer(cctx)
+		cancel()
 		if v := c.server.verdict.Load(); v != nil {
 			return v.durable
 		}
