@@ -119,11 +119,16 @@
 //
 // Redlock is a trade-off, not a cure. It assumes bounded clock drift and
 // process pauses like any lease. A node restarted empty forgets the locks it
-// held: while the rest of a quorum holds, no second holder gets in, and a
-// renewal takes the lock there again; but restarting a quorum of nodes
-// within one renewal period lets a second holder in. Run nodes with
-// persistence, or restart them only after the longest TTL, to keep that
-// margin. Lock has
+// held: a lock that more than a quorum of nodes granted keeps one holder,
+// and a renewal takes the lock there again; but a lock held on a bare
+// quorum (the other nodes were busy, down or slow when it was granted, and
+// no renewal has taken them since) loses its quorum with that one node,
+// while its validity runs on, and a second holder can take the restarted
+// node and the ones it lacked. Restarting a quorum of nodes at once lets a
+// second holder in on any lock. Run nodes with persistence (appendfsync
+// always), or restart them only after the longest TTL: by then every
+// validity that counted on the node has ended. The torture suite's node
+// faults follow that rule. Lock has
 // no hold limit (WithMaxHold is refused), and WithReplicas does not apply to
 // independent primaries (refused too); nor are read locks (WithShared).
 package redlock

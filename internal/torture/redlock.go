@@ -21,7 +21,7 @@ import (
 // persistence), and the nemesis faults the nodes, never more than a
 // minority at once: it stops them (SIGSTOP past the TTL: their keys expire
 // meanwhile, and a command sent there waits for the read timeout), or kills
-// them and starts them again empty after a while. A Redlock must keep one
+// them and starts them again empty after at least a TTL. A Redlock must keep one
 // holder at a time through all of it, and the checker judges it as it
 // judges the single-Redis lock: no fault of a minority excuses an overlap.
 const (
@@ -43,7 +43,13 @@ const (
 	// TTL, then continues them.
 	FaultNodePause = "node-pause"
 	// FaultNodeKill kills a minority of the nodes with SIGKILL and starts
-	// them again empty, on the same ports, after up to two TTLs down.
+	// them again empty, on the same ports, after one to two TTLs down: the
+	// operating rule redlock's doc gives for nodes without persistence
+	// (restart them only after the longest TTL). A node back sooner may
+	// hand a second holder the lock that a holder of a bare quorum (that
+	// node and too few others) still holds: the documented limit, not a
+	// fault of the lock, and one full run in twenty-odd showed it (a node
+	// back 363 ms into a 500 ms lease).
 	FaultNodeKill = "node-kill"
 )
 
@@ -122,7 +128,7 @@ func (r *run) nodeFault(ctx context.Context, kind string) error {
 		}
 		note = fmt.Sprintf("nodes %v of %d stopped for %v", picked, len(r.nodes), d.Round(time.Millisecond))
 	case FaultNodeKill:
-		down := time.Duration(r.rng.Int64N(int64(2 * r.sc.TTL)))
+		down := r.sc.TTL + time.Duration(r.rng.Int64N(int64(r.sc.TTL)))
 		for _, i := range picked {
 			r.nodes[i].Kill()
 		}
