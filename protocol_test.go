@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -669,4 +671,105 @@ func TestGiveUpReturnsAtWaitLimit(t *testing.T) {
 		t.Fatalf("Acquire(WithWait(%v)) returned after %v: leaving the line held it up", wait, took)
 	}
 	proxy.Pass()
+}
+
+// A lease is extended only forward (extend in common.lua), but a lock key
+// that lost its expiry (PERSIST by another client or an operator) must get
+// one back at the next renewal: a key without one blocks the name for good
+// once its holder dies. The check that Redis keeps the longer of two
+// leases must not read "no expiry" as "longest".
+func TestRenewalPutsBackAnExpiryTakenFromTheLock(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := srv.Client(t)
+	c := newLocker(t, plain)
+	l, err := c.Acquire(bg, "persisted", dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Release(bg) }()
+	if !plain.Persist(bg, "dlock:{persisted}").Val() {
+		t.Fatal("PERSIST found no expiry to remove")
+	}
+	// A renewal is due every TTL/3 (100 ms).
+	deadline := time.Now().Add(5 * time.Second)
+	for plain.PTTL(bg, "dlock:{persisted}").Val() < 0 && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	if left := plain.PTTL(bg, "dlock:{persisted}").Val(); left <= 0 || left > 300*time.Millisecond {
+		t.Fatalf("after renewals the lock key's PTTL is %v; want a lease of at most the TTL back", left)
+	}
+	if l.Context().Err() != nil {
+		t.Fatalf("the lock was lost: %v", context.Cause(l.Context()))
+	}
+}
+
+// A Refresh with a shorter TTL leaves Redis the longer lease it has, and
+// records the TTL asked for (what Inspect reports as the lease), while a
+// longer one extends it.
+func TestRefreshNeverShortensTheServerLease(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := srv.Client(t)
+	l, err := newLocker(t, plain).Acquire(bg, "shorter", dlock.WithTTL(10*time.Second), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Release(bg) }()
+	if err := l.Refresh(bg, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if left := plain.PTTL(bg, "dlock:{shorter}").Val(); left < 5*time.Second {
+		t.Fatalf("after a 1s Refresh of a 10s lease Redis has %v left; want the 10s lease kept", left)
+	}
+	if ttl := plain.HGet(bg, "dlock:{shorter}", "ttl").Val(); ttl != "1000" {
+		t.Fatalf("ttl field %q after a 1s Refresh, want 1000", ttl)
+	}
+	if err := l.Refresh(bg, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if left := plain.PTTL(bg, "dlock:{shorter}").Val(); left < 20*time.Second {
+		t.Fatalf("after a 30s Refresh Redis has %v left", left)
+	}
+	if ttl := plain.HGet(bg, "dlock:{shorter}", "ttl").Val(); ttl != "30000" {
+		t.Fatalf("ttl field %q after a 30s Refresh, want 30000", ttl)
+	}
+}
+
+// A refresh is a write even when it moves nothing (the lease in Redis is
+// already longer, the ttl field unchanged): a WAIT or WAITAOF after it
+// counts the writes of its own connection only, and covers another
+// connection's write before it (the releaser's hand-off, confirmed by the
+// waiter's refresh and a WAIT) only because the refresh wrote after it. A
+// hand-off refreshed in the millisecond of its grant moves nothing.
+func TestRefreshThatMovesNothingStillWrites(t *testing.T) {
+	c, rdb, primary := setup(t)
+	startReplica(t, primary)
+	// The primary's pings to its replica move the offset too.
+	if err := rdb.ConfigSet(bg, "repl-ping-replica-period", "3600").Err(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Acquire(bg, "still", dlock.WithTTL(10*time.Second), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Release(bg) }()
+	// Another write makes the lease in Redis longer than any Refresh asks.
+	if !rdb.PExpire(bg, "dlock:{still}", time.Minute).Val() {
+		t.Fatal("PEXPIRE found no lock key")
+	}
+	offset := func() int64 {
+		info := rdb.Info(bg, "replication").Val()
+		_, v, _ := strings.Cut(info, "master_repl_offset:")
+		n, _ := strconv.ParseInt(strings.TrimSpace(strings.SplitN(v, "\n", 2)[0]), 10, 64)
+		return n
+	}
+	before := offset()
+	if err := l.Refresh(bg, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if after := offset(); after == before {
+		t.Fatalf("a Refresh that found a longer lease wrote nothing (replication offset %d unchanged)", before)
+	}
+	if left := rdb.PTTL(bg, "dlock:{still}").Val(); left < 30*time.Second {
+		t.Fatalf("the Refresh shortened the lease to %v", left)
+	}
 }

@@ -119,16 +119,17 @@
 //
 // Redlock is a trade-off, not a cure. It assumes bounded clock drift and
 // process pauses like any lease. A node restarted empty forgets the locks it
-// held: a lock that more than a quorum of nodes granted keeps one holder,
-// and a renewal takes the lock there again; but a lock held on a bare
-// quorum (the other nodes were busy, down or slow when it was granted, and
-// no renewal has taken them since) loses its quorum with that one node,
-// while its validity runs on, and a second holder can take the restarted
-// node and the ones it lacked. Restarting a quorum of nodes at once lets a
-// second holder in on any lock. Run nodes with persistence (appendfsync
-// always), or restart them only after the longest TTL: by then every
-// validity that counted on the node has ended. The torture suite's node
-// faults follow that rule. Lock has
+// held, while the holder's validity runs on (a renewal without a quorum
+// fails, it does not end the lock): as long as a quorum of the nodes still
+// holds the lock no second holder gets in, and a renewal takes the lock
+// again on the restarted node; once fewer do, a second holder can take the
+// restarted nodes and those the lock lacked. A lock granted by a bare
+// quorum (the other nodes were busy, down or slow, and no renewal has taken
+// them since), or on a node whose keys expired while it was stopped, gets
+// there with one restart; any lock with the restart of a quorum. Run nodes
+// with persistence (appendfsync always), or restart them only after the
+// longest TTL: by then every validity that counted on the node has ended.
+// The torture suite's node faults follow that rule. Lock has
 // no hold limit (WithMaxHold is refused), and WithReplicas does not apply to
 // independent primaries (refused too); nor are read locks (WithShared).
 package redlock

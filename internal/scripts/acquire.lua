@@ -36,13 +36,13 @@ if record and not (record == 'w' and ARGV[9] == '1') then
 end
 
 -- HMGET fails with WRONGTYPE when the key is not a hash: nothing written yet.
-local held = redis.call('HMGET', key, 'token', 'fence', 'owner')
+local held = redis.call('HMGET', key, 'token', 'fence', 'owner', 'ttl')
 if held[1] == token then
   -- Ours already: a release handed it to us (and its message is late or
   -- lost), or this is our own acquire sent again after a lost reply. Report
   -- success, never strand it; and make the lease last at least ttl from now,
   -- because the caller dates its lease from this attempt.
-  extend(key, ttl)
+  extend(key, ttl, held[4])
   if waiter ~= '' then
     leave(queue, qdata, token)
   end

@@ -66,11 +66,33 @@ end
 -- Refresh, or a command sent again after a lost reply); whatever the order
 -- they run in, Redis then keeps the longest, and every lease the client was
 -- told of (dated from its send time) ends no later than the one in Redis.
-local function extend(key, ttl)
-  if redis.call('PTTL', key) < tonumber(ttl) then
-    redis.call('PEXPIRE', key, ttl)
+--
+-- From Redis 7.0 (redis.REDIS_VERSION_NUM is new there too; Valkey has
+-- it) PEXPIRE GT moves the expiry only forward in one command, where PTTL
+-- then PEXPIRE took two. GT counts a key without expiry as the longest
+-- lease; one that lost its expiry (PERSIST by someone else) gets one back,
+-- or the name stays locked for good once its holder dies.
+--
+-- had is the ttl field, read with the token: a renewal asks for the same
+-- ttl each time, and rewriting it would cost a command for nothing. But
+-- extend always writes something: a WAIT or WAITAOF after the call counts
+-- the writes of its own connection, and covers another connection's write
+-- before it (the releaser's hand-off, confirmed by the waiter's refresh)
+-- only because this one came after it. A refresh in the millisecond of its
+-- hand-off moves no expiry, so the ttl field is written then.
+local function extend(key, ttl, had)
+  local moved
+  if redis.REDIS_VERSION_NUM then
+    moved = redis.call('PEXPIRE', key, ttl, 'GT') == 1
+    if not moved and redis.call('PTTL', key) == -1 then
+      moved = redis.call('PEXPIRE', key, ttl) == 1
+    end
+  elseif redis.call('PTTL', key) < tonumber(ttl) then
+    moved = redis.call('PEXPIRE', key, ttl) == 1
   end
-  redis.call('HSET', key, 'ttl', ttl)
+  if had ~= ttl or not moved then
+    redis.call('HSET', key, 'ttl', ttl)
+  end
 end
 
 -- leave removes a waiter's entry: its place in line and its data. The entry

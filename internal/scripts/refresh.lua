@@ -4,8 +4,9 @@
 -- ARGV[1] token, ARGV[2] new ttl in ms
 -- Returns 1 when extended, 0 when the lock is not ours.
 local key = KEYS[1]
-if redis.call('HGET', key, 'token') == ARGV[1] then
-  extend(key, ARGV[2])
+local held = redis.call('HMGET', key, 'token', 'ttl')
+if held[1] == ARGV[1] then
+  extend(key, ARGV[2], held[2])
   return 1
 end
 return 0
