@@ -61,17 +61,28 @@ local function grant(key, fence, token, ttl, owner, since_ms)
   redis.call('PEXPIRE', key, ttl)
 end
 
+-- outlive makes key live at least ttl ms from now, and never shortens its
+-- life; it reports whether it moved the expiry. From Redis 7.0
+-- (redis.REDIS_VERSION_NUM is new there too; Valkey has it) PEXPIRE GT
+-- does that in one command, where PTTL then PEXPIRE took two. GT counts a
+-- key without expiry as the longest life; one that lost its expiry
+-- (PERSIST by someone else) gets one back, or the name stays locked for
+-- good once its holder dies.
+local function outlive(key, ttl)
+  if redis.REDIS_VERSION_NUM then
+    if redis.call('PEXPIRE', key, ttl, 'GT') == 1 then
+      return true
+    end
+    return redis.call('PTTL', key) == -1 and redis.call('PEXPIRE', key, ttl) == 1
+  end
+  return redis.call('PTTL', key) < tonumber(ttl) and redis.call('PEXPIRE', key, ttl) == 1
+end
+
 -- extend sets the lease to at least ttl ms from now, and never shortens it.
 -- Lease changes of one lock can cross on the way to Redis (a renewal and a
 -- Refresh, or a command sent again after a lost reply); whatever the order
 -- they run in, Redis then keeps the longest, and every lease the client was
 -- told of (dated from its send time) ends no later than the one in Redis.
---
--- From Redis 7.0 (redis.REDIS_VERSION_NUM is new there too; Valkey has
--- it) PEXPIRE GT moves the expiry only forward in one command, where PTTL
--- then PEXPIRE took two. GT counts a key without expiry as the longest
--- lease; one that lost its expiry (PERSIST by someone else) gets one back,
--- or the name stays locked for good once its holder dies.
 --
 -- had is the ttl field, read with the token: a renewal asks for the same
 -- ttl each time, and rewriting it would cost a command for nothing. But
@@ -81,16 +92,7 @@ end
 -- only because this one came after it. A refresh in the millisecond of its
 -- hand-off moves no expiry, so the ttl field is written then.
 local function extend(key, ttl, had)
-  local moved
-  if redis.REDIS_VERSION_NUM then
-    moved = redis.call('PEXPIRE', key, ttl, 'GT') == 1
-    if not moved and redis.call('PTTL', key) == -1 then
-      moved = redis.call('PEXPIRE', key, ttl) == 1
-    end
-  elseif redis.call('PTTL', key) < tonumber(ttl) then
-    moved = redis.call('PEXPIRE', key, ttl) == 1
-  end
-  if had ~= ttl or not moved then
+  if not outlive(key, ttl) or had ~= ttl then
     redis.call('HSET', key, 'ttl', ttl)
   end
 end

@@ -8,12 +8,11 @@
 -- Each permit is its own lease: an expired one is purged by the next script
 -- that looks, so a crashed holder's permit comes back after its TTL.
 
--- sem_keep makes key live at least ttl ms from now: the keys outlive every
--- permit in them, and go when the last lease ends.
+-- sem_keep makes key live at least ttl ms from now (outlive in common.lua):
+-- the keys outlive every permit in them, and go when the last lease ends.
+-- Every script that calls it writes the permit's data too.
 local function sem_keep(key, ttl)
-  if redis.call('PTTL', key) < tonumber(ttl) then
-    redis.call('PEXPIRE', key, ttl)
-  end
+  outlive(key, ttl)
 end
 
 -- sem_purge drops the permits whose lease has ended and returns how many
