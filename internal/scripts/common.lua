@@ -65,15 +65,13 @@ end
 -- life; it reports whether it moved the expiry. From Redis 7.0
 -- (redis.REDIS_VERSION_NUM is new there too; Valkey has it) PEXPIRE GT
 -- does that in one command, where PTTL then PEXPIRE took two. GT counts a
--- key without expiry as the longest life; one that lost its expiry
--- (PERSIST by someone else) gets one back, or the name stays locked for
--- good once its holder dies.
+-- key without expiry as the longest life, so NX then gives one to a key
+-- that has none: a key the script has just made (a semaphore's first
+-- permit), or one that lost its expiry (PERSIST by someone else), which
+-- would otherwise keep the name locked for good once its holder dies.
 local function outlive(key, ttl)
   if redis.REDIS_VERSION_NUM then
-    if redis.call('PEXPIRE', key, ttl, 'GT') == 1 then
-      return true
-    end
-    return redis.call('PTTL', key) == -1 and redis.call('PEXPIRE', key, ttl) == 1
+    return redis.call('PEXPIRE', key, ttl, 'GT') == 1 or redis.call('PEXPIRE', key, ttl, 'NX') == 1
   end
   return redis.call('PTTL', key) < tonumber(ttl) and redis.call('PEXPIRE', key, ttl) == 1
 end

@@ -30,7 +30,7 @@ func TestExtendKeepsItsPromisesOnEveryServerPath(t *testing.T) {
 		refresh, acquire *redis.Script
 	}{
 		{"PEXPIRE GT", Refresh, Acquire},
-		{"PTTL then PEXPIRE", variant(t, refreshSrc, oldServer), variant(t, acquireSrc, oldServer)},
+		{"PTTL then PEXPIRE", variant(t, commonSrc, refreshSrc, oldServer), variant(t, commonSrc, acquireSrc, oldServer)},
 	} {
 		for _, via := range []string{"refresh", "acquire"} {
 			t.Run(path.name+"/"+via, func(t *testing.T) {
@@ -81,16 +81,81 @@ func TestExtendKeepsItsPromisesOnEveryServerPath(t *testing.T) {
 	}
 }
 
-// variant links body with common.lua where the text old is replaced by
-// repl, failing when old is not there (the variant would be the script).
-func variant(t *testing.T, body, repl string) *redis.Script {
+// variant links body with lib where the server's version field is
+// replaced by repl, failing when the code does not read it (the variant
+// would be the script itself).
+func variant(t *testing.T, lib, body, repl string) *redis.Script {
 	t.Helper()
 	const old = "redis.REDIS_VERSION_NUM"
-	lib := strings.ReplaceAll(commonSrc, old, repl)
-	if lib == commonSrc {
-		t.Fatalf("common.lua no longer reads %s", old)
+	if !strings.Contains(stripComments(lib), old) {
+		t.Fatalf("common.lua's code no longer reads %s", old)
 	}
-	return redis.NewScript(link(lib, body))
+	return redis.NewScript(link(strings.ReplaceAll(lib, old, repl), body))
+}
+
+// A semaphore's two keys (the permits zset and their data) live at least
+// as long as every permit's lease in them, on both paths of outlive: the
+// first permit gives the keys, made by the script, an expiry; a longer
+// lease moves it; a shorter one (another permit's, or a Refresh) does not
+// shorten it.
+func TestSemaphoreKeysOutliveTheirPermitsOnEveryServerPath(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	lib := commonSrc + semCommonSrc
+	const oldServer = "nil --[[ redis.REDIS_VERSION_NUM before 7.0 ]]"
+	for _, path := range []struct {
+		name             string
+		acquire, refresh *redis.Script
+	}{
+		{"PEXPIRE GT", SemAcquire, SemRefresh},
+		{"PTTL then PEXPIRE", variant(t, lib, semAcquireSrc, oldServer), variant(t, lib, semRefreshSrc, oldServer)},
+	} {
+		t.Run(path.name, func(t *testing.T) {
+			k := "s:{" + path.name + "}"
+			sem, data := k+":sem", k+":semd"
+			acquire := func(token, ttl string) {
+				t.Helper()
+				res, err := path.acquire.Run(ctx, rdb, []string{sem, data, k + ":fence", k + ":q", k + ":qd", k + ":r:" + token, k},
+					token, ttl, "owner", "", "0", "0", "60000", "3", k+":w:", "0").Slice()
+				if err != nil || len(res) < 1 || res[0] != int64(1) {
+					t.Fatalf("acquire %s: %v, %v", token, res, err)
+				}
+			}
+			refresh := func(token, ttl string) {
+				t.Helper()
+				if n, err := path.refresh.Run(ctx, rdb, []string{sem, data}, token, ttl).Int64(); err != nil || n != 1 {
+					t.Fatalf("refresh %s: %v, %v", token, n, err)
+				}
+			}
+			// Both keys live at least until the last permit's lease ends.
+			outlives := func(what string) {
+				t.Helper()
+				last := rdb.ZRangeWithScores(ctx, sem, -1, -1).Val()
+				if len(last) != 1 {
+					t.Fatalf("%s: no permit in the zset", what)
+				}
+				now := rdb.Time(ctx).Val().UnixMilli()
+				for _, key := range []string{sem, data} {
+					left := rdb.PTTL(ctx, key).Val().Milliseconds()
+					if left <= 0 || now+left < int64(last[0].Score)-5 {
+						t.Fatalf("%s: %s lives %d ms, the last permit's lease ends in %d ms", what, key, left, int64(last[0].Score)-now)
+					}
+				}
+			}
+			acquire("a", "20000")
+			outlives("first permit")
+			acquire("b", "1000")
+			outlives("a shorter permit beside it")
+			refresh("a", "2000")
+			outlives("a shorter Refresh")
+			refresh("b", "40000")
+			outlives("a longer Refresh")
+			if left := rdb.PTTL(ctx, sem).Val(); left < 30*time.Second {
+				t.Fatalf("after a 40 s Refresh the zset lives %v", left)
+			}
+		})
+	}
 }
 
 // dirty is the server's count of writes since its last save.
