@@ -168,8 +168,16 @@ local function parse_reader(v)
 end
 
 -- live_until makes the key last at least until at (server ms), never less
--- than it has: another reader's lease may be longer.
+-- than it has: another reader's lease may be longer. As outlive: GT, then
+-- NX for a key without expiry (the first reader's, or one PERSISTed), from
+-- Redis 7.0; PTTL then PEXPIREAT before.
 local function live_until(key, at, now_ms)
+  if redis.REDIS_VERSION_NUM then
+    if redis.call('PEXPIREAT', key, at, 'GT') == 0 then
+      redis.call('PEXPIREAT', key, at, 'NX')
+    end
+    return
+  end
   local left = redis.call('PTTL', key)
   if left < 0 or now_ms + left < at then
     redis.call('PEXPIREAT', key, at)

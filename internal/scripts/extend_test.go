@@ -169,3 +169,59 @@ func dirty(t *testing.T, rdb *redis.Client) int64 {
 	}
 	return n
 }
+
+// A read lock's hash lives at least as long as every reader's lease in it,
+// on both paths of live_until: the first reader gives the key, made by the
+// script, an expiry; a second reader's shorter lease and a shorter Refresh
+// leave it; a longer Refresh moves it; a key someone PERSISTed gets one
+// back.
+func TestReadLockOutlivesItsReadersOnEveryServerPath(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	const oldServer = "nil --[[ redis.REDIS_VERSION_NUM before 7.0 ]]"
+	for _, path := range []struct {
+		name             string
+		acquire, refresh *redis.Script
+	}{
+		{"PEXPIRE GT", AcquireShared, RefreshShared},
+		{"PTTL then PEXPIRE", variant(t, commonSrc, acquireSharedSrc, oldServer), variant(t, commonSrc, refreshSharedSrc, oldServer)},
+	} {
+		t.Run(path.name, func(t *testing.T) {
+			k := "r:{" + path.name + "}"
+			acquire := func(token, ttl string) {
+				t.Helper()
+				res, err := path.acquire.Run(ctx, rdb, []string{k, k + ":fence", k + ":q", k + ":qd", k + ":r:" + token, k + ":sem", k + ":semd"},
+					token, ttl, "owner", "", "0", "0", "60000", "0").Slice()
+				if err != nil || len(res) < 1 || res[0] != int64(1) {
+					t.Fatalf("acquire %s: %v, %v", token, res, err)
+				}
+			}
+			refresh := func(token, ttl string) {
+				t.Helper()
+				if n, err := path.refresh.Run(ctx, rdb, []string{k}, token, ttl).Int64(); err != nil || n != 1 {
+					t.Fatalf("refresh %s: %v, %v", token, n, err)
+				}
+			}
+			lives := func(what string, atLeast time.Duration) {
+				t.Helper()
+				if left := rdb.PTTL(ctx, k).Val(); left < atLeast-5*time.Millisecond {
+					t.Fatalf("%s: the read lock's key lives %v, want at least %v", what, left, atLeast)
+				}
+			}
+			acquire("Ra", "20000")
+			lives("first reader", 19*time.Second)
+			acquire("Rb", "1000")
+			lives("a shorter reader beside it", 19*time.Second)
+			refresh("Ra", "2000")
+			lives("a shorter Refresh", 18*time.Second)
+			refresh("Rb", "40000")
+			lives("a longer Refresh", 39*time.Second)
+			rdb.Persist(ctx, k)
+			refresh("Rb", "40000")
+			if left := rdb.PTTL(ctx, k).Val(); left <= 0 {
+				t.Fatalf("a read lock's key without expiry got none back (PTTL %v)", left)
+			}
+		})
+	}
+}
