@@ -29,7 +29,7 @@ func TestExtendKeepsItsPromisesOnEveryServerPath(t *testing.T) {
 		name             string
 		refresh, acquire *redis.Script
 	}{
-		{"PEXPIRE GT", Refresh, Acquire},
+		{"GT then NX", Refresh, Acquire},
 		{"PTTL then PEXPIRE", variant(t, commonSrc, refreshSrc, oldServer), variant(t, commonSrc, acquireSrc, oldServer)},
 	} {
 		for _, via := range []string{"refresh", "acquire"} {
@@ -41,7 +41,7 @@ func TestExtendKeepsItsPromisesOnEveryServerPath(t *testing.T) {
 					if via == "refresh" {
 						err = path.refresh.Run(ctx, rdb, []string{key}, "tok", ttl).Err()
 					} else {
-						err = path.acquire.Run(ctx, rdb, []string{key, key + ":fence", key + ":q", key + ":qd", key + ":r:tok", key + ":sem", key + ":semd"},
+						err = path.acquire.Run(ctx, rdb, []string{key, key + ":fence", key + ":q", key + ":qd", key + ":r:tok", key + ":sem", key + ":sem:d"},
 							"tok", ttl, "owner", "", "0", "0", "60000", "0").Err()
 					}
 					if err != nil {
@@ -108,12 +108,12 @@ func TestSemaphoreKeysOutliveTheirPermitsOnEveryServerPath(t *testing.T) {
 		name             string
 		acquire, refresh *redis.Script
 	}{
-		{"PEXPIRE GT", SemAcquire, SemRefresh},
+		{"GT then NX", SemAcquire, SemRefresh},
 		{"PTTL then PEXPIRE", variant(t, lib, semAcquireSrc, oldServer), variant(t, lib, semRefreshSrc, oldServer)},
 	} {
 		t.Run(path.name, func(t *testing.T) {
 			k := "s:{" + path.name + "}"
-			sem, data := k+":sem", k+":semd"
+			sem, data := k+":sem", k+":sem:d"
 			acquire := func(token, ttl string) {
 				t.Helper()
 				res, err := path.acquire.Run(ctx, rdb, []string{sem, data, k + ":fence", k + ":q", k + ":qd", k + ":r:" + token, k},
@@ -145,7 +145,7 @@ func TestSemaphoreKeysOutliveTheirPermitsOnEveryServerPath(t *testing.T) {
 			}
 			acquire("a", "20000")
 			outlives("first permit")
-			acquire("b", "1000")
+			acquire("b", "5000")
 			outlives("a shorter permit beside it")
 			refresh("a", "2000")
 			outlives("a shorter Refresh")
@@ -184,14 +184,14 @@ func TestReadLockOutlivesItsReadersOnEveryServerPath(t *testing.T) {
 		name             string
 		acquire, refresh *redis.Script
 	}{
-		{"PEXPIRE GT", AcquireShared, RefreshShared},
+		{"GT then NX", AcquireShared, RefreshShared},
 		{"PTTL then PEXPIRE", variant(t, commonSrc, acquireSharedSrc, oldServer), variant(t, commonSrc, refreshSharedSrc, oldServer)},
 	} {
 		t.Run(path.name, func(t *testing.T) {
 			k := "r:{" + path.name + "}"
 			acquire := func(token, ttl string) {
 				t.Helper()
-				res, err := path.acquire.Run(ctx, rdb, []string{k, k + ":fence", k + ":q", k + ":qd", k + ":r:" + token, k + ":sem", k + ":semd"},
+				res, err := path.acquire.Run(ctx, rdb, []string{k, k + ":fence", k + ":q", k + ":qd", k + ":r:" + token, k + ":sem", k + ":sem:d"},
 					token, ttl, "owner", "", "0", "0", "60000", "0").Slice()
 				if err != nil || len(res) < 1 || res[0] != int64(1) {
 					t.Fatalf("acquire %s: %v, %v", token, res, err)
@@ -211,12 +211,14 @@ func TestReadLockOutlivesItsReadersOnEveryServerPath(t *testing.T) {
 			}
 			acquire("Ra", "20000")
 			lives("first reader", 19*time.Second)
-			acquire("Rb", "1000")
+			acquire("Rb", "5000")
 			lives("a shorter reader beside it", 19*time.Second)
 			refresh("Ra", "2000")
 			lives("a shorter Refresh", 18*time.Second)
 			refresh("Rb", "40000")
 			lives("a longer Refresh", 39*time.Second)
+			refresh("Ra", "5000") // Ra's lease (20 s) is now below the key's
+			lives("a Refresh of a reader whose lease ends first", 39*time.Second)
 			rdb.Persist(ctx, k)
 			refresh("Rb", "40000")
 			if left := rdb.PTTL(ctx, k).Val(); left <= 0 {
