@@ -120,7 +120,8 @@ gotest:
 	@set -e; for m in $(MODULES); do echo "go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...); done
 
 # What depends on the server runs again on Valkey: the scripts (protocol,
-# NOSCRIPT, conformance on the Client and Redlock), pub/sub (hand-off,
+# NOSCRIPT, conformance on the Client and Redlock, the lease-extension
+# paths that read the server's version), pub/sub (hand-off,
 # notify), replication, failover and Cluster (the topology tests), and the
 # torture short profile's rows whose faults reach the server (restart,
 # eviction, forced unlock, the lock family, Redlock). Without -race: the race
@@ -129,14 +130,14 @@ gotest:
 # timeouts, hung pub/sub connections, the failover timings), and the rows
 # whose faults are the workers' or the network's (kill, pause, blackhole,
 # latency, reset). The two halves run side by side.
-VALKEY_RUN := TestConformance|TestProtocol|ScriptFlush|NoScript|Handoff|HandOff|Sentinel|Cluster|Topology|Failover|Moved|Migrat|Notify|PubSub|Outage|Unavailable|Replica|Flavor|CheckServer
+VALKEY_RUN := TestConformance|TestProtocol|ScriptFlush|NoScript|Handoff|HandOff|Sentinel|Cluster|Topology|Failover|Moved|Migrat|Notify|PubSub|Outage|Unavailable|Replica|Flavor|CheckServer|OnEveryServerPath|PutsBackAnExpiry|NeverShortensTheServerLease|MovesNothingStillWrites
 VALKEY_SKIP := TestWithReplicasAcceptedWaitEndsInRedisAnswer|TestWithReplicasWaitNotBelowReadTimeout|Measured|HungPubSub|TestCloseDuringPubSubRepair
 VALKEY_ROWS := ^(restart-aof|restart-empty|evict|force-unlock|mixed|semaphore|shared|election|redlock-3|redlock-5)$$
 valkey-test: valkey-deps
 	@$(MAKE) --no-print-directory -j2 --output-sync=target valkey-suites valkey-torture
 
 valkey-suites:
-	DLOCK_TEST_SERVER=valkey $(GO) test -count=1 -timeout 15m -run '$(VALKEY_RUN)' -skip '$(VALKEY_SKIP)' . ./internal/node ./internal/redistest ./redlock
+	DLOCK_TEST_SERVER=valkey $(GO) test -count=1 -timeout 15m -run '$(VALKEY_RUN)' -skip '$(VALKEY_SKIP)' . ./internal/node ./internal/redistest ./internal/scripts ./redlock
 
 valkey-torture:
 	DLOCK_TEST_SERVER=valkey $(GO) test -count=1 -timeout 15m -run 'TestShortProfile/$(VALKEY_ROWS)' ./internal/torture
