@@ -24,14 +24,7 @@ func TestExtendKeepsItsPromisesOnEveryServerPath(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	const oldServer = "nil --[[ redis.REDIS_VERSION_NUM before 7.0 ]]"
-	for _, path := range []struct {
-		name             string
-		refresh, acquire *redis.Script
-	}{
-		{"GT then NX", Refresh, Acquire},
-		{"PTTL then PEXPIRE", variant(t, commonSrc, refreshSrc, oldServer), variant(t, commonSrc, acquireSrc, oldServer)},
-	} {
+	for _, path := range serverPaths(t, commonSrc, Acquire, acquireSrc, Refresh, refreshSrc) {
 		for _, via := range []string{"refresh", "acquire"} {
 			t.Run(path.name+"/"+via, func(t *testing.T) {
 				key := "x:{" + path.name + via + "}"
@@ -41,8 +34,7 @@ func TestExtendKeepsItsPromisesOnEveryServerPath(t *testing.T) {
 					if via == "refresh" {
 						err = path.refresh.Run(ctx, rdb, []string{key}, "tok", ttl).Err()
 					} else {
-						err = path.acquire.Run(ctx, rdb, []string{key, key + ":fence", key + ":q", key + ":qd", key + ":r:tok", key + ":sem", key + ":sem:d"},
-							"tok", ttl, "owner", "", "0", "0", "60000", "0").Err()
+						_, err = acquireLock(ctx, rdb, path.acquire, key, "tok", ttl)
 					}
 					if err != nil {
 						t.Fatal(err)
@@ -81,16 +73,36 @@ func TestExtendKeepsItsPromisesOnEveryServerPath(t *testing.T) {
 	}
 }
 
-// variant links body with lib where the server's version field is
-// replaced by repl, failing when the code does not read it (the variant
-// would be the script itself).
-func variant(t *testing.T, lib, body, repl string) *redis.Script {
+// serverPath is a kind's acquire and refresh scripts as one kind of
+// server runs them.
+type serverPath struct {
+	name             string
+	acquire, refresh *redis.Script
+}
+
+// serverPaths returns the scripts as linked (the path of Redis 7.0 on and
+// Valkey: GT, then NX) and linked from lib with the server's version field
+// read as nil (the path before 7.0: PTTL, then PEXPIRE), failing when the
+// code does not read that field (the variant would be the script itself).
+func serverPaths(t *testing.T, lib string, acquire *redis.Script, acquireBody string, refresh *redis.Script, refreshBody string) []serverPath {
 	t.Helper()
-	const old = "redis.REDIS_VERSION_NUM"
-	if !strings.Contains(stripComments(lib), old) {
-		t.Fatalf("common.lua's code no longer reads %s", old)
+	const field = "redis.REDIS_VERSION_NUM"
+	if !strings.Contains(stripComments(lib), field) {
+		t.Fatalf("common.lua's code no longer reads %s", field)
 	}
-	return redis.NewScript(link(strings.ReplaceAll(lib, old, repl), body))
+	old := strings.ReplaceAll(lib, field, "nil --[[ "+field+" before 7.0 ]]")
+	return []serverPath{
+		{"GT then NX", acquire, refresh},
+		{"PTTL then PEXPIRE", redis.NewScript(link(old, acquireBody)), redis.NewScript(link(old, refreshBody))},
+	}
+}
+
+// acquireLock runs an acquire script of the lock's hash (acquire.lua or
+// acquire_shared.lua: the same keys and arguments) for token on the name
+// whose lock key is k, as a single attempt that does not queue.
+func acquireLock(ctx context.Context, rdb *redis.Client, s *redis.Script, k, token, ttl string) ([]any, error) {
+	return s.Run(ctx, rdb, []string{k, k + ":fence", k + ":q", k + ":qd", k + ":r:" + token, k + ":sem", k + ":sem:d"},
+		token, ttl, "owner", "", "0", "0", "60000", "0").Slice()
 }
 
 // A semaphore's two keys (the permits zset and their data) live at least
@@ -102,15 +114,7 @@ func TestSemaphoreKeysOutliveTheirPermitsOnEveryServerPath(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	lib := commonSrc + semCommonSrc
-	const oldServer = "nil --[[ redis.REDIS_VERSION_NUM before 7.0 ]]"
-	for _, path := range []struct {
-		name             string
-		acquire, refresh *redis.Script
-	}{
-		{"GT then NX", SemAcquire, SemRefresh},
-		{"PTTL then PEXPIRE", variant(t, lib, semAcquireSrc, oldServer), variant(t, lib, semRefreshSrc, oldServer)},
-	} {
+	for _, path := range serverPaths(t, commonSrc+semCommonSrc, SemAcquire, semAcquireSrc, SemRefresh, semRefreshSrc) {
 		t.Run(path.name, func(t *testing.T) {
 			k := "s:{" + path.name + "}"
 			sem, data := k+":sem", k+":sem:d"
@@ -179,20 +183,12 @@ func TestReadLockOutlivesItsReadersOnEveryServerPath(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	const oldServer = "nil --[[ redis.REDIS_VERSION_NUM before 7.0 ]]"
-	for _, path := range []struct {
-		name             string
-		acquire, refresh *redis.Script
-	}{
-		{"GT then NX", AcquireShared, RefreshShared},
-		{"PTTL then PEXPIRE", variant(t, commonSrc, acquireSharedSrc, oldServer), variant(t, commonSrc, refreshSharedSrc, oldServer)},
-	} {
+	for _, path := range serverPaths(t, commonSrc, AcquireShared, acquireSharedSrc, RefreshShared, refreshSharedSrc) {
 		t.Run(path.name, func(t *testing.T) {
 			k := "r:{" + path.name + "}"
 			acquire := func(token, ttl string) {
 				t.Helper()
-				res, err := path.acquire.Run(ctx, rdb, []string{k, k + ":fence", k + ":q", k + ":qd", k + ":r:" + token, k + ":sem", k + ":sem:d"},
-					token, ttl, "owner", "", "0", "0", "60000", "0").Slice()
+				res, err := acquireLock(ctx, rdb, path.acquire, k, token, ttl)
 				if err != nil || len(res) < 1 || res[0] != int64(1) {
 					t.Fatalf("acquire %s: %v, %v", token, res, err)
 				}
