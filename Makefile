@@ -2,7 +2,7 @@
 #   make demo   runs `dlock demo` (naive lock vs dlock) against a throwaway redis-server
 #   make test   runs every check CI runs
 # Both install what they need first: redis-server from Debian's packages; for make
-# test also valkey-server (bookworm-backports), chromium and postgresql.
+# test also valkey-server (bookworm-backports), chromium, postgresql and valgrind.
 
 SHELL := /bin/bash
 GO ?= go
@@ -61,6 +61,12 @@ test-deps: deps valkey-deps
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc libc6-dev >/dev/null; \
+	fi
+	@if ! command -v valgrind >/dev/null || ! command -v callgrind_control >/dev/null; then \
+		echo "installing valgrind from Debian's packages (bench/'s instruction count of redis-server)"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq valgrind >/dev/null; \
 	fi
 	@if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 		echo "installing postgresql from Debian's packages (examples/dbtx tests on a throwaway cluster)"; \

@@ -26,7 +26,9 @@ import (
 //   - KeyValidity = -ttl (default 5 s); ExtendInterval default = validity/2:
 //     a held lock is extended in the background, which a 1 ms hold never
 //     reaches. TryNextAfter (default 20 ms) is only a per-key attempt timeout
-//     here, and a re-poll period when caching is disabled.
+//     here, and a re-poll period when caching is disabled. In the
+//     instruction mode (a Redis under valgrind, a round trip of tens of
+//     milliseconds) every attempt would time out: it is -wait there.
 //   - PipelineMultiplex is forced to -1 by NewLocker: one connection per
 //     Locker, so tracking and commands share it.
 //   - The lock *is* a context: it is released by calling the returned
@@ -75,6 +77,7 @@ func openRueidislock(e *cellEnv, lay layout, n int) ([]locker, func(), error) {
 			KeyMajority:    1,
 			NoLoopTracking: true,
 			KeyValidity:    e.cfg.ttl,
+			TryNextAfter:   slowServerTimeout(e.cfg),
 		})
 		if err != nil {
 			closeAll()

@@ -47,6 +47,11 @@ type config struct {
 	renewalWindow  time.Duration
 	renewalWorkers int
 	renewalProfile string
+
+	// The instruction mode (instructions.go): on when instructions > 0.
+	instructions int64
+	valgrind     string
+	callgrindDir string
 }
 
 func parseFlags(args []string) (*config, error) {
@@ -69,6 +74,9 @@ func parseFlags(args []string) (*config, error) {
 	rttls := fs.String("renewal-ttl", "30s", "renewal mode: lock TTLs, comma-separated, one run each")
 	fs.DurationVar(&cfg.renewalWindow, "renewal-window", 20*time.Second, "renewal mode: measured time while holding the locks")
 	fs.IntVar(&cfg.renewalWorkers, "renewal-workers", 64, "renewal mode: goroutines acquiring and releasing the locks")
+	fs.Int64Var(&cfg.instructions, "instructions", 0, "instruction mode: count redis-server's instructions (valgrind's callgrind) over this many uncontended cycles per library and -g value (the other scenarios do not run)")
+	fs.StringVar(&cfg.valgrind, "valgrind", "valgrind", "instruction mode: valgrind binary")
+	fs.StringVar(&cfg.callgrindDir, "callgrind-out", "", "instruction mode: keep each count's callgrind file in this directory (<library>-g<G>.callgrind), for callgrind_annotate")
 	fs.StringVar(&cfg.renewalProfile, "renewal-cpuprofile", "", "renewal mode: write a CPU profile of the measured window to this file (-<ttl> appended with several TTLs)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -94,6 +102,15 @@ func parseFlags(args []string) (*config, error) {
 	var err error
 	if cfg.gs, err = parseInts(*gs); err != nil {
 		return nil, fmt.Errorf("-g: %w", err)
+	}
+	if cfg.instructions != 0 {
+		if cfg.instructions < 1 || cfg.instructions > 1_000_000 {
+			return nil, errors.New("-instructions must be in [1, 1000000]")
+		}
+		if cfg.wait <= 0 {
+			return nil, errors.New("-wait must be positive")
+		}
+		return cfg, nil
 	}
 	cfg.scenarios = map[scenario]bool{}
 	for _, s := range strings.Split(*scs, ",") {
@@ -182,6 +199,9 @@ func run(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.instructions > 0 {
+		return runInstructions(ctx, cfg, libs)
+	}
 
 	srv, err := startRedis(ctx, cfg.redisPath)
 	if err != nil {

@@ -37,6 +37,12 @@ type redisServer struct {
 // because the port is chosen by binding :0 and closing it again, which
 // another process could grab in between.
 func startRedis(ctx context.Context, redisPath string) (*redisServer, error) {
+	return startRedisUnder(ctx, redisPath, nil, 5*time.Second)
+}
+
+// startRedisUnder is startRedis with the server run by the command prefix
+// (valgrind and its flags; none when empty), given ready to answer PING.
+func startRedisUnder(ctx context.Context, redisPath string, prefix []string, ready time.Duration) (*redisServer, error) {
 	dir, err := os.MkdirTemp("", "dlock-bench-redis-")
 	if err != nil {
 		return nil, err
@@ -47,7 +53,7 @@ func startRedis(ctx context.Context, redisPath string) (*redisServer, error) {
 			break
 		}
 		var s *redisServer
-		s, lastErr = startRedisOnce(ctx, redisPath, dir)
+		s, lastErr = startRedisOnce(ctx, redisPath, prefix, ready, dir)
 		if lastErr == nil {
 			return s, nil
 		}
@@ -59,7 +65,7 @@ func startRedis(ctx context.Context, redisPath string) (*redisServer, error) {
 	return nil, fmt.Errorf("starting redis-server: %w", lastErr)
 }
 
-func startRedisOnce(ctx context.Context, redisPath, dir string) (*redisServer, error) {
+func startRedisOnce(ctx context.Context, redisPath string, prefix []string, ready time.Duration, dir string) (*redisServer, error) {
 	port, err := freeLoopbackPort()
 	if err != nil {
 		return nil, err
@@ -71,13 +77,14 @@ func startRedisOnce(ctx context.Context, redisPath, dir string) (*redisServer, e
 	}
 	defer logFile.Close() // the child keeps its own descriptor
 
-	cmd := exec.Command(redisPath,
+	argv := append(append(prefix[:len(prefix):len(prefix)], redisPath),
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
 		"--dir", dir,
 	)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = dieWithUs()
@@ -93,7 +100,7 @@ func startRedisOnce(ctx context.Context, redisPath, dir string) (*redisServer, e
 	go func() { _ = cmd.Wait(); close(s.exited) }()
 	s.control = newGoRedis(s.addr, nil)
 
-	if err := s.waitReady(ctx, 5*time.Second); err != nil {
+	if err := s.waitReady(ctx, ready); err != nil {
 		s.kill()
 		log, _ := os.ReadFile(logPath)
 		return nil, fmt.Errorf("%w; redis log tail:\n%s", err, tail(string(log), 800))
@@ -121,8 +128,16 @@ func (s *redisServer) waitReady(ctx context.Context, limit time.Duration) error 
 			return ctx.Err()
 		default:
 		}
+		// A bare dial first: go-redis logs every refused dial, and a server
+		// under valgrind takes seconds to listen.
+		c, err := net.DialTimeout("tcp", s.addr, 200*time.Millisecond)
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		_ = c.Close()
 		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		err := s.control.Ping(pctx).Err()
+		err = s.control.Ping(pctx).Err()
 		cancel()
 		if err == nil {
 			return nil
@@ -148,6 +163,31 @@ func (s *redisServer) stop() {
 		}
 	}
 	_ = os.RemoveAll(s.dir)
+}
+
+// shutdown asks the server to stop (SHUTDOWN NOSAVE) and waits, up to
+// limit, for the process to exit: valgrind writes its counts on the way out.
+func (s *redisServer) shutdown(ctx context.Context, limit time.Duration) error {
+	sctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	// On a connection of its own: the server closes it without a reply,
+	// and go-redis would send the command again and log its refused dials.
+	var d net.Dialer
+	c, err := d.DialContext(sctx, "tcp", s.addr)
+	if err != nil {
+		return err
+	}
+	_, err = c.Write([]byte("SHUTDOWN NOSAVE\r\n"))
+	_ = c.Close()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-s.exited:
+		return nil
+	case <-sctx.Done():
+		return fmt.Errorf("redis-server did not exit within %v of SHUTDOWN", limit)
+	}
 }
 
 func (s *redisServer) kill() {

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestCallgrindTotalReadsTheSummaryLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "callgrind.out")
+	// The head and tail of a real callgrind output file.
+	body := "# callgrind format\nversion: 1\ncreator: callgrind-3.19.0\npid: 42\n" +
+		"events: Ir\nsummary: 421448152\n\nfl=(1) ae.c\nfn=(1) aeMain\n16 3\n\ntotals: 421448152\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n, err := callgrindTotal(path)
+	if err != nil || n != 421448152 {
+		t.Fatalf("callgrindTotal = %d, %v; want 421448152", n, err)
+	}
+	if err := os.WriteFile(path, []byte("events: Ir\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := callgrindTotal(path); err == nil {
+		t.Fatal("a file without a count was read as one")
+	}
+}
+
+// TestInstructionModeCountsOnlyTheCycles runs the mode on a few cycles:
+// a count of the whole server's life (start-up, warm-up, the scripts'
+// loading) or of nothing would not grow with the cycles, and dlock's
+// scripts cost Redis more per cycle than SET NX and a compare-and-delete.
+func TestInstructionModeCountsOnlyTheCycles(t *testing.T) {
+	cfg, err := parseFlags([]string{"-instructions", "100", "-g", "1", "-libs", "raw,dlock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	libs, err := selectLibraries(cfg.libs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	control := lookCallgrind(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	per := map[string]float64{}
+	for _, n := range []int64{100, 300} {
+		cfg.instructions = n
+		for _, lib := range libs {
+			r := countCycles(ctx, cfg, control, lib, 1)
+			if r.err != nil {
+				t.Fatalf("%s, %d cycles: %v", lib.name, n, r.err)
+			}
+			if r.cycles != n {
+				t.Fatalf("%s: %d cycles counted, want %d", lib.name, r.cycles, n)
+			}
+			if n == 100 {
+				per[lib.name] = float64(r.instr)
+				continue
+			}
+			// Three times the cycles: about three times the count (serverCron
+			// and expiry make it differ a little), never the same.
+			if ratio := float64(r.instr) / per[lib.name]; ratio < 2 || ratio > 4 {
+				t.Errorf("%s: %d instructions for 300 cycles, %.0f for 100: ratio %.2f, want about 3", lib.name, r.instr, per[lib.name], ratio)
+			}
+			per[lib.name] = float64(r.instr) / float64(n)
+		}
+	}
+	if per["dlock"] <= per["raw"] {
+		t.Errorf("dlock %.0f instructions per cycle, raw %.0f: the scripts were not counted", per["dlock"], per["raw"])
+	}
+}
+
+func lookCallgrind(t *testing.T) string {
+	t.Helper()
+	control, err := findCallgrind("valgrind")
+	if err != nil {
+		t.Fatalf("%v (valgrind is installed by make test-deps)", err)
+	}
+	return control
+}
