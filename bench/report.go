@@ -60,6 +60,7 @@ var (
 	mClientCPU  = func(c *cellResult) float64 { return c.perOp(c.clientCPU) }
 	mCmds       = func(c *cellResult) float64 { return c.perOp(float64(c.server.commands)) }
 	mAllocs     = func(c *cellResult) float64 { return c.perOp(float64(c.allocs)) }
+	mSpread     = func(c *cellResult) float64 { return c.spread }
 )
 
 // median of m over the repetitions of one cell, skipping failed cells.
@@ -136,6 +137,7 @@ func (r *report) write(w io.Writer, interrupted bool) {
 		cols := []column{
 			r.col("acq/s", mThroughput, fmtRate), r.vsRaw(),
 			r.col("mean wait", mMeanWait, fmtDur), r.col("slowest wait", mSlowest, fmtDur),
+			r.col("spread", mSpread, fmtPct),
 		}
 		cols = append(append(cols, perOp("acq")...), r.problems())
 		r.table(w, []cellSpec{{scenario: contended, layout: lay, g: cfg.contenders}}, cols, false)
@@ -148,7 +150,7 @@ func (r *report) write(w io.Writer, interrupted bool) {
 		cols := []column{
 			r.col("acq/s", mThroughput, fmtRate), r.vsRaw(),
 			r.col("gap p50", mGapP50, fmtDur), r.col("gap p99", mGapP99, fmtDur),
-			r.col("slowest wait", mSlowest, fmtDur),
+			r.col("slowest wait", mSlowest, fmtDur), r.col("spread", mSpread, fmtPct),
 		}
 		cols = append(append(cols, perOp("acq")...), r.problems())
 		r.table(w, []cellSpec{{scenario: handoff, layout: lay, g: cfg.contenders}}, cols, false)
@@ -167,6 +169,7 @@ const legend = `
 - *vs raw*: throughput divided by the raw baseline's in the same table.
 - *acquire*/*release*: latency of one Acquire / release call.
 - *wait*: Acquire call start → lock held. *slowest wait* includes waits still pending when the cell ended (a lower bound for those), so a starved goroutine shows.
+- *spread*: how evenly the goroutines of a contended or hand-off cell got the lock: (most acquisitions of one goroutine − fewest) / the mean, the median over repetitions; 0 % is perfectly even. A poller's spread is large: whoever retries at the right moment wins again.
 - *gap*: the previous holder's release call returning → the next holder's Acquire returning, on the process's monotonic clock; it is the time the lock sat free (plus one reply).
 - *round trips*: counted in the client: one per command or pipeline the library sends and waits for (go-redis hook; a rueidis.Client wrapper), including failed attempts and releases, divided by completed acquisitions.
 - *Redis CPU*: delta of INFO used_cpu_sys+used_cpu_user around the cell, divided by completed acquisitions.
@@ -331,6 +334,14 @@ func fmtRatio(v float64) string {
 		return dash
 	}
 	return fmt.Sprintf("%.2f×", v)
+}
+
+// fmtPct formats a fraction as a percentage.
+func fmtPct(v float64) string {
+	if v < 0 {
+		return dash
+	}
+	return fmt.Sprintf("%.0f %%", v*100)
 }
 
 func fmtNum(v float64) string {

@@ -77,6 +77,10 @@ type cellResult struct {
 	// window, seconds: the library under test, go-redis and the runtime
 	// (one library runs at a time).
 	clientCPU float64
+	// spread is how unevenly the goroutines of a contended cell got the
+	// lock: (most − fewest acquisitions of one goroutine) / the mean; 0 is
+	// perfectly even, -1 not measured (uncontended: each has its own lock).
+	spread float64
 	// allocs is the heap objects this process allocated in the measured
 	// window: the library, go-redis and this harness's bookkeeping.
 	allocs uint64
@@ -196,6 +200,10 @@ func runCell(ctx context.Context, cfg *config, srv *redisServer, lib library, sp
 	for i := range records {
 		res.merge(&records[i])
 	}
+	res.spread = -1
+	if spec.scenario != uncontended {
+		res.spread = spread(records)
+	}
 	if log != nil {
 		res.overlaps = log.overlaps.Load()
 		if spec.scenario == handoff {
@@ -203,6 +211,22 @@ func runCell(ctx context.Context, cfg *config, srv *redisServer, lib library, sp
 		}
 	}
 	return res
+}
+
+// spread is (max − min) / mean of the workers' completed acquisitions, or
+// -1 when none completed any.
+func spread(records []cellResult) float64 {
+	if len(records) == 0 {
+		return -1
+	}
+	lo, hi, sum := records[0].ops, records[0].ops, int64(0)
+	for i := range records {
+		lo, hi, sum = min(lo, records[i].ops), max(hi, records[i].ops), sum+records[i].ops
+	}
+	if sum == 0 {
+		return -1
+	}
+	return float64(hi-lo) / (float64(sum) / float64(len(records)))
 }
 
 // warmUp makes one TryAcquire+release per locker, all at once, so
