@@ -62,7 +62,7 @@ test-deps: deps valkey-deps
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc libc6-dev >/dev/null; \
 	fi
-	@if ! command -v valgrind >/dev/null || ! command -v callgrind_control >/dev/null; then \
+	@if ! command -v valgrind >/dev/null || ! command -v vgdb >/dev/null; then \
 		echo "installing valgrind from Debian's packages (bench/'s instruction count of redis-server)"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && \

@@ -19,7 +19,8 @@ import (
 // (to undo partial acquisitions on other nodes) — so a failed try costs two
 // round trips even with one node. After 32 failed tries (≈ 5 s on average)
 // it gives up with ErrTaken/ErrFailed, which the scenarios count as
-// "gave up".
+// "gave up". In the instruction mode the per-try timeout is -wait (see
+// slowServerTimeout).
 
 func init() {
 	register(library{
@@ -42,13 +43,21 @@ type redsyncLocker struct {
 }
 
 func (l *redsyncLocker) Acquire(ctx context.Context, name string) (releaseFunc, error) {
-	m := l.rs.NewMutex(name, redsync.WithExpiry(l.cfg.ttl))
+	m := l.rs.NewMutex(name, l.options()...)
 	return l.lock(ctx, m, m.LockContext)
 }
 
 func (l *redsyncLocker) TryAcquire(ctx context.Context, name string) (releaseFunc, error) {
-	m := l.rs.NewMutex(name, redsync.WithExpiry(l.cfg.ttl))
+	m := l.rs.NewMutex(name, l.options()...)
 	return l.lock(ctx, m, m.TryLockContext)
+}
+
+func (l *redsyncLocker) options() []redsync.Option {
+	opts := []redsync.Option{redsync.WithExpiry(l.cfg.ttl)}
+	if t := slowServerTimeout(l.cfg); t > 0 {
+		opts = append(opts, redsync.WithTimeoutFactor(float64(t)/float64(l.cfg.ttl)))
+	}
+	return opts
 }
 
 // lock maps redsync's errors onto the adapter contract: it reports a done

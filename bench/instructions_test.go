@@ -20,6 +20,13 @@ func TestCallgrindTotalReadsTheSummaryLine(t *testing.T) {
 	if err != nil || n != 421448152 {
 		t.Fatalf("callgrindTotal = %d, %v; want 421448152", n, err)
 	}
+	// --instr-atstart=no writes "summary: 0" in the header: totals has the count.
+	if err := os.WriteFile(path, []byte("events: Ir\nsummary: 0\n\nfn=(1) aeMain\n16 3\n\ntotals: 120058352\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := callgrindTotal(path); err != nil || n != 120058352 {
+		t.Fatalf("callgrindTotal = %d, %v; want the totals line's 120058352", n, err)
+	}
 	if err := os.WriteFile(path, []byte("events: Ir\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -41,14 +48,14 @@ func TestInstructionModeCountsOnlyTheCycles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	control := lookCallgrind(t)
+	vgdb := lookVgdb(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	per := map[string]float64{}
 	for _, n := range []int64{100, 300} {
 		cfg.instructions = n
 		for _, lib := range libs {
-			r := countCycles(ctx, cfg, control, lib, 1)
+			r := countCycles(ctx, cfg, vgdb, lib, 1)
 			if r.err != nil {
 				t.Fatalf("%s, %d cycles: %v", lib.name, n, r.err)
 			}
@@ -72,11 +79,33 @@ func TestInstructionModeCountsOnlyTheCycles(t *testing.T) {
 	}
 }
 
-func lookCallgrind(t *testing.T) string {
+// TestInstructionModeCountsWholeCyclesPerGoroutine: with G goroutines the
+// count covers a whole number of cycles each, and says how many ran.
+func TestInstructionModeCountsWholeCyclesPerGoroutine(t *testing.T) {
+	cfg, err := parseFlags([]string{"-instructions", "100", "-g", "3", "-libs", "raw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	libs, err := selectLibraries(cfg.libs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := countCycles(ctx, cfg, lookVgdb(t), libs[0], 3)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.cycles != 99 || r.instr <= 0 {
+		t.Fatalf("%d cycles, %d instructions; want 99 cycles (33 on each of 3 goroutines) and a count", r.cycles, r.instr)
+	}
+}
+
+func lookVgdb(t *testing.T) string {
 	t.Helper()
-	control, err := findCallgrind("valgrind")
+	vgdb, err := findVgdb("valgrind")
 	if err != nil {
 		t.Fatalf("%v (valgrind is installed by make test-deps)", err)
 	}
-	return control
+	return vgdb
 }

@@ -107,8 +107,11 @@ func parseFlags(args []string) (*config, error) {
 		if cfg.instructions < 1 || cfg.instructions > 1_000_000 {
 			return nil, errors.New("-instructions must be in [1, 1000000]")
 		}
-		if cfg.wait <= 0 {
+		switch {
+		case cfg.wait <= 0:
 			return nil, errors.New("-wait must be positive")
+		case cfg.ttl < 100*time.Millisecond:
+			return nil, errors.New("-ttl must be at least 100ms")
 		}
 		return cfg, nil
 	}

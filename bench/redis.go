@@ -112,6 +112,13 @@ func startRedisOnce(ctx context.Context, redisPath string, prefix []string, read
 		s.kill()
 		return nil, err
 	}
+	// The port was free when chosen, not necessarily when the server
+	// bound it (seconds later under valgrind): a server that answered but
+	// is not ours would be measured, and then shut down.
+	if pid := infoField(info, "process_id"); pid != strconv.Itoa(cmd.Process.Pid) {
+		s.kill()
+		return nil, fmt.Errorf("the server on %s is process %s, not the one started (%d): port taken meanwhile", s.addr, pid, cmd.Process.Pid)
+	}
 	s.version = infoField(info, "redis_version")
 	return s, nil
 }
@@ -168,6 +175,11 @@ func (s *redisServer) stop() {
 // shutdown asks the server to stop (SHUTDOWN NOSAVE) and waits, up to
 // limit, for the process to exit: valgrind writes its counts on the way out.
 func (s *redisServer) shutdown(ctx context.Context, limit time.Duration) error {
+	select {
+	case <-s.exited:
+		return errors.New("redis-server had exited before SHUTDOWN: its count is not of the cycles")
+	default:
+	}
 	sctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	// On a connection of its own: the server closes it without a reply,
@@ -175,7 +187,7 @@ func (s *redisServer) shutdown(ctx context.Context, limit time.Duration) error {
 	var d net.Dialer
 	c, err := d.DialContext(sctx, "tcp", s.addr)
 	if err != nil {
-		return err
+		return fmt.Errorf("SHUTDOWN: %w", err)
 	}
 	_, err = c.Write([]byte("SHUTDOWN NOSAVE\r\n"))
 	_ = c.Close()
@@ -198,6 +210,33 @@ func (s *redisServer) kill() {
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// waitQuiet waits, up to limit, until the server has run no command but
+// our own INFO for 300 ms: work a library starts in the background (a
+// check of the server, a tracking set-up) must be over before counting.
+func (s *redisServer) waitQuiet(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	prev, err := s.counters(ctx)
+	if err != nil {
+		return err
+	}
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+		cur, err := s.counters(ctx)
+		if err != nil {
+			return err
+		}
+		if cur.sub(prev).commands == 0 {
+			return nil
+		}
+		prev = cur
+	}
+	return fmt.Errorf("redis-server still running commands of others %v after the warm-up", limit)
 }
 
 // flush empties the keyspace between cells, so keys left by one cell
