@@ -19,8 +19,8 @@ import (
 // (to undo partial acquisitions on other nodes) — so a failed try costs two
 // round trips even with one node. After 32 failed tries (≈ 5 s on average)
 // it gives up with ErrTaken/ErrFailed, which the scenarios count as
-// "gave up". In the instruction mode the per-try timeout is -wait (see
-// slowServerTimeout).
+// "gave up". In the instruction mode the per-try timeout is -wait, at most
+// 0.9 × expiry (see slowServerTimeout).
 
 func init() {
 	register(library{
@@ -55,7 +55,10 @@ func (l *redsyncLocker) TryAcquire(ctx context.Context, name string) (releaseFun
 func (l *redsyncLocker) options() []redsync.Option {
 	opts := []redsync.Option{redsync.WithExpiry(l.cfg.ttl)}
 	if t := slowServerTimeout(l.cfg); t > 0 {
-		opts = append(opts, redsync.WithTimeoutFactor(float64(t)/float64(l.cfg.ttl)))
+		// At most 0.9 of the expiry: a try that took longer than the
+		// expiry less redsync's drift counts as lost, and is released and
+		// tried again, where a timeout would at least fail it.
+		opts = append(opts, redsync.WithTimeoutFactor(min(float64(t)/float64(l.cfg.ttl), 0.9)))
 	}
 	return opts
 }

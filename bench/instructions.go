@@ -19,8 +19,8 @@ import (
 // machine instructions, not seconds: redis-server runs under valgrind's
 // callgrind, and only the N uncontended cycles of each library are counted
 // (counting is switched on after the warm-up, once the server is quiet,
-// and off before the clients close). The count is the same within 3 % from
-// run to run for the same binary and workload, so a change to a script
+// and off before the clients close). The count is the same within about 3 %
+// from run to run for the same binary and workload, so a change to a script
 // shows as a number, where Redis's CPU seconds on two shared cores differ
 // by tens of percent between runs. It measures Redis only, in user space:
 // the client runs at full speed and is not counted, nor is the kernel's
@@ -46,9 +46,10 @@ func slowServerTimeout(cfg *config) time.Duration {
 
 // instrResult is one library's count at one G.
 type instrResult struct {
-	cycles int64
-	instr  int64 // instructions of redis-server over the counted cycles
-	err    error
+	cycles   int64
+	instr    int64 // instructions of redis-server over the counted cycles
+	commands int64 // server commands over them (scripts' commands included)
+	err      error
 }
 
 func runInstructions(ctx context.Context, cfg *config, libs []library) int {
@@ -139,6 +140,12 @@ func countCycles(ctx context.Context, cfg *config, vgdb string, lib library, g i
 	if err := srv.waitQuiet(ctx, 30*time.Second); err != nil {
 		return instrResult{err: fmt.Errorf("warm-up: %w", err)}
 	}
+	// Server commands over the same window: a retried attempt or a
+	// library's background command counted with the cycles shows there.
+	before, err := srv.counters(ctx)
+	if err != nil {
+		return instrResult{err: err}
+	}
 	pid := strconv.Itoa(srv.cmd.Process.Pid)
 	if err := instrumentation(ctx, vgdb, prefix, pid, "on"); err != nil {
 		return instrResult{err: err}
@@ -149,6 +156,10 @@ func countCycles(ctx context.Context, cfg *config, vgdb string, lib library, g i
 	}
 	if err != nil {
 		return instrResult{err: fmt.Errorf("counted cycles: %w", err)}
+	}
+	after, err := srv.counters(ctx)
+	if err != nil {
+		return instrResult{err: err}
 	}
 	closed = true
 	closeAll()
@@ -162,7 +173,7 @@ func countCycles(ctx context.Context, cfg *config, vgdb string, lib library, g i
 	if err == nil && cfg.callgrindDir != "" {
 		err = keepFile(out, filepath.Join(cfg.callgrindDir, fmt.Sprintf("%s-g%d.callgrind", lib.name, g)))
 	}
-	return instrResult{cycles: per * int64(len(lockers)), instr: n, err: err}
+	return instrResult{cycles: per * int64(len(lockers)), instr: n, commands: after.sub(before).commands, err: err}
 }
 
 // cycles runs n acquire-release cycles on each locker, each on a name of
@@ -184,7 +195,7 @@ func cycles(ctx context.Context, cfg *config, lockers []locker, n int64) error {
 					errs[i] = err
 					return
 				}
-				rctx, rcancel := context.WithTimeout(context.Background(), releaseTimeout)
+				rctx, rcancel := context.WithTimeout(context.Background(), max(releaseTimeout, slowServerTimeout(cfg)))
 				err = release(rctx)
 				rcancel()
 				if err != nil {
@@ -261,14 +272,14 @@ func writeInstructions(w io.Writer, cfg *config, libs []library, results map[int
 	fmt.Fprintf(w, "About %d cycles per library and G (a whole number per goroutine), one shared client, each goroutine on its own name; "+
 		"instructions of redis-server %s under `valgrind --tool=callgrind`, counted over those cycles only.\n\n",
 		cfg.instructions, redisVersion(cfg))
-	fmt.Fprintln(w, "| G | library | cycles | instructions/cycle | vs raw |")
-	fmt.Fprintln(w, "|---:|:---|---:|---:|---:|")
+	fmt.Fprintln(w, "| G | library | cycles | server cmds/cycle | instructions/cycle | vs raw |")
+	fmt.Fprintln(w, "|---:|:---|---:|---:|---:|---:|")
 	for _, g := range cfg.gs {
 		raw, hasRaw := results[g]["raw"]
 		for _, lib := range libs {
 			r := results[g][lib.name]
 			if r.err != nil || r.cycles == 0 {
-				fmt.Fprintf(w, "| %d | %s | | failed | |\n", g, lib.name)
+				fmt.Fprintf(w, "| %d | %s | | | failed | |\n", g, lib.name)
 				continue
 			}
 			per := float64(r.instr) / float64(r.cycles)
@@ -276,7 +287,7 @@ func writeInstructions(w io.Writer, cfg *config, libs []library, results map[int
 			if hasRaw && raw.err == nil && raw.instr > 0 {
 				ratio = fmt.Sprintf("%.2f×", per/(float64(raw.instr)/float64(raw.cycles)))
 			}
-			fmt.Fprintf(w, "| %d | %s | %d | %.0f | %s |\n", g, lib.name, r.cycles, per, ratio)
+			fmt.Fprintf(w, "| %d | %s | %d | %.2f | %.0f | %s |\n", g, lib.name, r.cycles, float64(r.commands)/float64(r.cycles), per, ratio)
 		}
 	}
 }

@@ -62,6 +62,12 @@ func TestInstructionModeCountsOnlyTheCycles(t *testing.T) {
 			if r.cycles != n {
 				t.Fatalf("%s: %d cycles counted, want %d", lib.name, r.cycles, n)
 			}
+			// The window holds the cycles' commands and nothing else: raw's
+			// SET, EVALSHA, GET, DEL; dlock's two scripts and the 8 and 4
+			// commands inside them (see docs/performance.md).
+			if want := map[string]int64{"raw": 4, "dlock": 14}[lib.name] * n; r.commands != want {
+				t.Errorf("%s: %d server commands over %d cycles, want %d", lib.name, r.commands, n, want)
+			}
 			if n == 100 {
 				per[lib.name] = float64(r.instr)
 				continue

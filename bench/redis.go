@@ -100,24 +100,35 @@ func startRedisOnce(ctx context.Context, redisPath string, prefix []string, read
 	go func() { _ = cmd.Wait(); close(s.exited) }()
 	s.control = newGoRedis(s.addr, nil)
 
-	if err := s.waitReady(ctx, ready); err != nil {
+	fail := func(err error) (*redisServer, error) {
 		s.kill()
+		_ = s.control.Close()
+		return nil, err
+	}
+	if err := s.waitReady(ctx, ready); err != nil {
 		log, _ := os.ReadFile(logPath)
-		return nil, fmt.Errorf("%w; redis log tail:\n%s", err, tail(string(log), 800))
+		return fail(fmt.Errorf("%w; redis log tail:\n%s", err, tail(string(log), 800)))
 	}
 	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	info, err := s.control.Info(ictx, "server").Result()
 	if err != nil {
-		s.kill()
-		return nil, err
+		return fail(err)
 	}
 	// The port was free when chosen, not necessarily when the server
 	// bound it (seconds later under valgrind): a server that answered but
-	// is not ours would be measured, and then shut down.
-	if pid := infoField(info, "process_id"); pid != strconv.Itoa(cmd.Process.Pid) {
-		s.kill()
-		return nil, fmt.Errorf("the server on %s is process %s, not the one started (%d): port taken meanwhile", s.addr, pid, cmd.Process.Pid)
+	// is not ours would be measured, and then shut down. Ours runs in the
+	// directory made for it, whatever wrapper started it.
+	got, err := s.control.ConfigGet(ictx, "dir").Result()
+	if err != nil {
+		return fail(err)
+	}
+	want, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return fail(err)
+	}
+	if got["dir"] != want {
+		return fail(fmt.Errorf("the server on %s runs in %q, not in %q made for the one started: port taken meanwhile", s.addr, got["dir"], want))
 	}
 	s.version = infoField(info, "redis_version")
 	return s, nil
