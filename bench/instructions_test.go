@@ -40,15 +40,7 @@ func TestCallgrindTotalReadsTheSummaryLine(t *testing.T) {
 // loading) or of nothing would not grow with the cycles, and dlock's
 // scripts cost Redis more per cycle than SET NX and a compare-and-delete.
 func TestInstructionModeCountsOnlyTheCycles(t *testing.T) {
-	cfg, err := parseFlags([]string{"-instructions", "100", "-g", "1", "-libs", "raw,dlock"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	libs, err := selectLibraries(cfg.libs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vgdb := lookVgdb(t)
+	cfg, libs, vgdb := instructionMode(t, "-instructions", "100", "-g", "1", "-libs", "raw,dlock")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	per := map[string]float64{}
@@ -88,17 +80,10 @@ func TestInstructionModeCountsOnlyTheCycles(t *testing.T) {
 // TestInstructionModeCountsWholeCyclesPerGoroutine: with G goroutines the
 // count covers a whole number of cycles each, and says how many ran.
 func TestInstructionModeCountsWholeCyclesPerGoroutine(t *testing.T) {
-	cfg, err := parseFlags([]string{"-instructions", "100", "-g", "3", "-libs", "raw"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	libs, err := selectLibraries(cfg.libs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, libs, vgdb := instructionMode(t, "-instructions", "100", "-g", "3", "-libs", "raw")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r := countCycles(ctx, cfg, lookVgdb(t), libs[0], 3)
+	r := countCycles(ctx, cfg, vgdb, libs[0], 3)
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
@@ -107,11 +92,21 @@ func TestInstructionModeCountsWholeCyclesPerGoroutine(t *testing.T) {
 	}
 }
 
-func lookVgdb(t *testing.T) string {
+// instructionMode parses args as the command line would and returns the
+// configuration, its libraries and vgdb's path.
+func instructionMode(t *testing.T, args ...string) (*config, []library, string) {
 	t.Helper()
-	vgdb, err := findVgdb("valgrind")
+	cfg, err := parseFlags(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	libs, err := selectLibraries(cfg.libs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vgdb, err := findVgdb(cfg.valgrind)
 	if err != nil {
 		t.Fatalf("%v (valgrind is installed by make test-deps)", err)
 	}
-	return vgdb
+	return cfg, libs, vgdb
 }
